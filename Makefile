@@ -1,0 +1,59 @@
+# Everything a fresh machine needs is installed from here: `make test` and `make demo` do their
+# own set-up. Heavy one-time builds (the control plane's Go binaries) are cached outside the
+# repository in $(IMAGEREFRESH_CACHE), keyed by version.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := test
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+export IMAGEREFRESH_CACHE ?= $(HOME)/.cache/imagerefresh
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+# Debian packages the tests run for real: the distribution registry, openssl for the local
+# control plane's certificates.
+DEBIAN_PACKAGES := docker-registry openssl
+
+.PHONY: setup system-deps binaries lint types contracts unit test demo clean
+
+system-deps:
+	@missing=(); for p in $(DEBIAN_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || missing+=($$p); done; \
+	if [ $${#missing[@]} -gt 0 ]; then \
+	  echo "installing Debian packages: $${missing[*]}"; \
+	  $(SUDO) apt-get update -qq; \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $${missing[@]}; \
+	fi
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@
+
+setup: system-deps $(VENV)/.installed
+
+binaries:
+	e2e/build-binaries
+
+lint: setup
+	$(BIN)/ruff check operator tests
+	$(BIN)/ruff format --check operator tests
+
+types: setup
+	$(BIN)/mypy
+
+contracts: setup
+	$(BIN)/lint-imports
+
+# Fast feedback without the cluster.
+unit: setup
+	$(BIN)/pytest -m 'not cluster' $(PYTEST_ARGS)
+
+test: setup binaries lint types contracts
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
