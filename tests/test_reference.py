@@ -1,0 +1,203 @@
+"""imagerefresh.reference against distribution's reference grammar.
+
+The tables follow the rules of ``github.com/distribution/reference`` (regexp.go, normalize.go)
+and the cases its own normalize_test.go / reference_test.go exercise.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from imagerefresh.reference import ImageReference, InvalidReference, parse, parse_digest
+
+HEX64 = "86e0e091d0da6bde2456dbb48306f3956bbeb2eae1b5b9a43045843f69fe4aaa"
+DIGEST = f"sha256:{HEX64}"
+
+
+@pytest.mark.parametrize(
+    ("text", "domain", "path", "tag", "digest"),
+    [
+        ("nginx", "docker.io", "library/nginx", None, None),
+        ("nginx:1.27", "docker.io", "library/nginx", "1.27", None),
+        ("docker.io/nginx", "docker.io", "library/nginx", None, None),
+        ("index.docker.io/nginx", "docker.io", "library/nginx", None, None),
+        ("index.docker.io/docker/docker", "docker.io", "docker/docker", None, None),
+        ("docker.io/library/foo/bar", "docker.io", "library/foo/bar", None, None),
+        ("tracebloc/jobs-manager:prod", "docker.io", "tracebloc/jobs-manager", "prod", None),
+        ("test_com/foo", "docker.io", "test_com/foo", None, None),
+        ("test.com/foo", "test.com", "foo", None, None),
+        ("test.com:8080/foo", "test.com:8080", "foo", None, None),
+        ("test-com:8080/foo", "test-com:8080", "foo", None, None),
+        ("xn--n3h.com:18080/foo", "xn--n3h.com:18080", "foo", None, None),
+        ("localhost/foo", "localhost", "foo", None, None),
+        ("localhost:5000/a/b:t", "localhost:5000", "a/b", "t", None),
+        ("LOCALDOMAIN/debian", "LOCALDOMAIN", "debian", None, None),
+        ("127.0.0.1:5000/library/debian", "127.0.0.1:5000", "library/debian", None, None),
+        ("[fc00::1]:5000/docker/docker", "[fc00::1]:5000", "docker/docker", None, None),
+        # A lone host:port is an official image with a tag, exactly as docker reads it.
+        ("localhost:5000", "docker.io", "library/localhost", "5000", None),
+        ("192.168.0.1:80", "docker.io", "library/192.168.0.1", "80", None),
+        # A digest-looking name alone is the image library/sha256.
+        (DIGEST, "docker.io", "library/sha256", HEX64, None),
+        (f"busybox:latest@{DIGEST}", "docker.io", "library/busybox", "latest", DIGEST),
+        (f"ghcr.io/a/b@{DIGEST}", "ghcr.io", "a/b", None, DIGEST),
+        ("docker---rules/docker", "docker.io", "docker---rules/docker", None, None),
+        ("dock__er/docker", "docker.io", "dock__er/docker", None, None),
+        ("d/docker:_tag-1.2", "docker.io", "d/docker", "_tag-1.2", None),
+        (f"docker.io/{HEX64}", "docker.io", f"library/{HEX64}", None, None),
+        ("foo:UPPER_tag", "docker.io", "library/foo", "UPPER_tag", None),
+    ],
+)
+def test_parse_normalises_like_distribution(
+    text: str, domain: str, path: str, tag: str | None, digest: str | None
+) -> None:
+    ref = parse(text)
+    assert (ref.domain, ref.path, ref.tag, ref.digest) == (domain, path, tag, digest)
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("", "empty"),
+        (HEX64, "image ID"),
+        ("docker/Docker", "lowercase"),
+        ("docker.io/docker/Docker", "lowercase"),
+        ("Docker/Docker", "lowercase"),
+        ("https://github.com/docker/docker", "URL scheme"),
+        ("-docker", "expected"),
+        ("-docker/docker", "expected"),
+        ("docker-/docker", "expected"),
+        ("docker///docker", "expected"),
+        ("docker/", "expected"),
+        ("____/____", "expected"),
+        ("dock..er/docker", "expected"),
+        ("dock_.er/docker", "expected"),
+        ("dock-.er/docker", "expected"),
+        ("[fc00::1]:5000", "expected"),
+        ("fc00::1:5000/debian", "expected"),
+        ("[fe80::1%eth0]:5000/debian", "expected"),
+        ("foo:-tag", "expected"),
+        ("foo:" + "t" * 129, "expected"),
+        ("foo@sha256:abc", "expected"),
+        (f"foo@sha256:{HEX64.upper()}", "lowercase hex"),
+        (f"foo@sha256:{HEX64}00", "exactly 64"),
+        (f"foo@md5:{HEX64}", "unsupported algorithm"),
+        ("a/" + "b" * 254, "limit is 255"),
+        ("my_host.example/foo", "not a valid host name"),
+    ],
+)
+def test_parse_rejects_invalid_references_with_a_reason(text: str, reason: str) -> None:
+    with pytest.raises(InvalidReference, match=reason):
+        parse(text)
+
+
+def test_invalid_reference_is_a_value_error() -> None:
+    assert issubclass(InvalidReference, ValueError)
+
+
+def test_repository_path_of_exactly_255_characters_is_allowed() -> None:
+    path = "a/" + "b" * 253
+    assert parse(f"example.com/{path}").path == path
+
+
+def test_parse_never_invents_latest_but_tracking_does() -> None:
+    ref = parse("nginx")
+    assert ref.tag is None
+    assert ref.tracked_tag == "latest"
+    assert str(ref.tracked()) == "docker.io/library/nginx:latest"
+
+
+@pytest.mark.parametrize(
+    ("text", "full", "familiar"),
+    [
+        ("nginx:1.27", "docker.io/library/nginx:1.27", "nginx:1.27"),
+        ("docker.io/library/nginx", "docker.io/library/nginx", "nginx"),
+        ("library/foo/bar", "docker.io/library/foo/bar", "library/foo/bar"),
+        ("tracebloc/pods-monitor:prod", "docker.io/tracebloc/pods-monitor:prod",
+         "tracebloc/pods-monitor:prod"),
+        ("127.0.0.1:5000/x/y:t", "127.0.0.1:5000/x/y:t", "127.0.0.1:5000/x/y:t"),
+        (f"busybox:latest@{DIGEST}", f"docker.io/library/busybox:latest@{DIGEST}",
+         f"busybox:latest@{DIGEST}"),
+    ],
+)
+def test_str_is_fully_qualified_and_familiar_is_the_short_form(
+    text: str, full: str, familiar: str
+) -> None:
+    ref = parse(text)
+    assert str(ref) == full
+    assert ref.familiar == familiar
+
+
+def test_pinned_drops_the_tag_and_keeps_the_repository() -> None:
+    pinned = parse("tracebloc/jobs-manager:prod").pinned(DIGEST)
+    assert str(pinned) == f"docker.io/tracebloc/jobs-manager@{DIGEST}"
+    assert pinned.repository == "docker.io/tracebloc/jobs-manager"
+
+
+@pytest.mark.parametrize(
+    "digest",
+    [f"sha256:{HEX64}", "sha512:" + "a" * 128, "sha384:" + "0" * 96],
+)
+def test_parse_digest_accepts_registered_algorithms(digest: str) -> None:
+    assert parse_digest(digest) == digest
+
+
+@pytest.mark.parametrize(
+    "digest", ["", "sha256", f"sha256{HEX64}", "sha256:xyz", f"SHA256:{HEX64}", f" {DIGEST}"]
+)
+def test_parse_digest_rejects_what_is_not_algorithm_colon_hex(digest: str) -> None:
+    with pytest.raises(InvalidReference, match="invalid digest"):
+        parse_digest(digest)
+
+
+# --- properties -------------------------------------------------------------------------
+
+_component = st.from_regex(r"[a-z0-9]{1,6}(?:(?:[._]|__|-{1,2})[a-z0-9]{1,6}){0,2}", fullmatch=True)
+# A first element with a '.' reads as a registry host (its own table rows cover that), and
+# docker's familiar form of docker.io/foo.bar/x is ambiguous for the same reason.
+_first_component = _component.filter(lambda c: "." not in c)
+_path = st.tuples(_first_component, st.lists(_component, max_size=3)).map(
+    lambda parts: "/".join([parts[0], *parts[1]])
+)
+_domain = st.sampled_from(
+    ["docker.io", "index.docker.io", "ghcr.io", "localhost", "localhost:5000",
+     "127.0.0.1:5000", "registry.example.com:443", "[::1]:5000", "Upper.Example"]
+)
+_tag = st.from_regex(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,20}", fullmatch=True)
+_digest = st.from_regex(r"[a-f0-9]{64}", fullmatch=True).map(lambda h: f"sha256:{h}")
+
+
+@st.composite
+def reference_texts(draw: st.DrawFn) -> str:
+    text = draw(_path)
+    if draw(st.booleans()):
+        text = f"{draw(_domain)}/{text}"
+    if draw(st.booleans()):
+        text += f":{draw(_tag)}"
+    if draw(st.booleans()):
+        text += f"@{draw(_digest)}"
+    return text
+
+
+@given(reference_texts())
+def test_str_round_trips_through_parse(text: str) -> None:
+    ref = parse(text)
+    assert parse(str(ref)) == ref
+
+
+@given(reference_texts())
+def test_familiar_form_normalises_to_the_same_reference(text: str) -> None:
+    ref = parse(text)
+    assert parse(ref.familiar) == ref
+
+
+@given(reference_texts())
+def test_normalisation_is_idempotent_and_keeps_tag_and_digest(text: str) -> None:
+    ref = parse(text)
+    again = parse(str(parse(str(ref))))
+    assert again == ref
+    assert isinstance(ref, ImageReference)
+    assert (ref.tag is None) == (":" not in text.split("/")[-1].split("@")[0])
+    assert (ref.digest is None) == ("@" not in text)
