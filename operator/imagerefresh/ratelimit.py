@@ -1,0 +1,228 @@
+"""Pull-rate accounting: what each registry says we have left, and what we spent ourselves.
+
+Docker Hub reports its pull budget on every manifest response (``ratelimit-limit: 100;w=21600``,
+``ratelimit-remaining: 76;w=21600``, ``docker-ratelimit-source: <ip or user id>``) and counts
+only manifest GETs as pulls — HEADs are free. The replaced CronJob did this arithmetic by hand in
+a comment; here it is a ledger with one :class:`PullBudget` per (registry, identity), fed by the
+registry client and asked by the planner: *can I afford N more pulls and still leave R for the
+kubelet?*
+
+A registry that sends no rate-limit headers reports no limit for that identity (Docker Hub
+documents exactly this for unlimited accounts, and most private registries never send them):
+the budget says so explicitly and refreshes proceed. Headers that are present but malformed are
+logged and counted, never guessed into a number — the budget then reports "unknown" and the
+answer is no, because an unreadable budget is not an empty one.
+
+Everything takes ``now`` (seconds, monotonic or wall — the caller's choice, used consistently)
+so the accounting is pure and testable.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+import structlog
+
+__all__ = [
+    "Affordability",
+    "PullBudget",
+    "RateLimitLedger",
+    "RateLimitReport",
+    "RequestKind",
+    "parse_ratelimit_headers",
+]
+
+log = structlog.get_logger(__name__)
+
+LIMIT_HEADER = "ratelimit-limit"
+REMAINING_HEADER = "ratelimit-remaining"
+SOURCE_HEADER = "docker-ratelimit-source"
+# When a registry reports no window of its own, our own request counts roll over hourly.
+DEFAULT_COUNTING_WINDOW = 3600
+
+_QUOTA_RE = re.compile(r"^\s*(?P<count>\d+)\s*(?:;\s*w\s*=\s*(?P<window>\d+)\s*)?(?:;.*)?$")
+
+
+class RequestKind(StrEnum):
+    """The kinds of registry request the operator makes; only GET costs a pull."""
+
+    TOKEN = "token"
+    HEAD = "HEAD"
+    GET = "GET"
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimitReport:
+    """What one registry response said about the pull budget."""
+
+    limit: int | None = None
+    remaining: int | None = None
+    window_seconds: int | None = None
+    source: str | None = None
+    malformed: tuple[str, ...] = ()
+
+    @property
+    def reported(self) -> bool:
+        """Whether the response carried a usable limit at all."""
+        return self.limit is not None or self.remaining is not None
+
+
+def _parse_quota(value: str) -> tuple[int, int | None] | None:
+    # Several quota policies may be listed, comma-separated; the first is the binding one.
+    match = _QUOTA_RE.match(value.split(",")[0])
+    if match is None:
+        return None
+    window = match["window"]
+    return int(match["count"]), int(window) if window is not None else None
+
+
+def parse_ratelimit_headers(headers: Mapping[str, str]) -> RateLimitReport:
+    """Read ``ratelimit-limit`` / ``ratelimit-remaining`` / ``docker-ratelimit-source``."""
+    lowered = {key.lower(): value for key, value in headers.items()}
+    parsed: dict[str, tuple[int, int | None]] = {}
+    malformed: list[str] = []
+    for name in (LIMIT_HEADER, REMAINING_HEADER):
+        if name not in lowered:
+            continue
+        quota = _parse_quota(lowered[name])
+        if quota is None:
+            malformed.append(name)
+            log.warning("malformed rate-limit header", header=name, value=lowered[name])
+        else:
+            parsed[name] = quota
+    limit = parsed.get(LIMIT_HEADER)
+    remaining = parsed.get(REMAINING_HEADER)
+    windows = [quota[1] for quota in (limit, remaining) if quota is not None and quota[1]]
+    return RateLimitReport(
+        limit=limit[0] if limit else None,
+        remaining=remaining[0] if remaining else None,
+        window_seconds=windows[0] if windows else None,
+        source=lowered.get(SOURCE_HEADER),
+        malformed=tuple(malformed),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Affordability:
+    """The answer to "may I spend these pulls?", with the reason an operator can act on."""
+
+    allowed: bool
+    reason: str
+    limited: bool
+    remaining: int | None = None
+
+
+@dataclass(slots=True)
+class PullBudget:
+    """The pull budget of one identity at one registry, as last reported plus our own spend."""
+
+    registry: str
+    identity: str
+    report: RateLimitReport | None = None
+    observed_at: float | None = None
+    malformed_headers: int = 0
+    window_started_at: float | None = None
+    requests: Counter[RequestKind] = field(default_factory=Counter)
+    pulls_since_report: int = 0
+
+    @property
+    def window_seconds(self) -> int:
+        if self.report is not None and self.report.window_seconds:
+            return self.report.window_seconds
+        return DEFAULT_COUNTING_WINDOW
+
+    def record_request(self, kind: RequestKind, now: float) -> None:
+        """Count one request we sent; GETs also lower the remaining pulls we believe in."""
+        if self.window_started_at is None or now - self.window_started_at >= self.window_seconds:
+            self.window_started_at = now
+            self.requests.clear()
+        self.requests[kind] += 1
+        if kind is RequestKind.GET:
+            self.pulls_since_report += 1
+
+    def record_report(self, report: RateLimitReport, now: float) -> None:
+        """Take what a response said; a response without headers means "not limited"."""
+        if report.malformed:
+            self.malformed_headers += len(report.malformed)
+        self.report = report
+        self.observed_at = now
+        self.pulls_since_report = 0
+
+    def estimated_remaining(self, now: float) -> int | None:
+        """Pulls left: the last reported figure less our own GETs since; None when unknown."""
+        report = self.report
+        if report is None or report.remaining is None:
+            return None
+        assert self.observed_at is not None
+        if report.window_seconds and now - self.observed_at >= report.window_seconds:
+            # A whole window has passed since the report: the budget has rolled over.
+            return report.limit if report.limit is not None else report.remaining
+        return report.remaining - self.pulls_since_report
+
+    def can_afford(self, pulls: int, reserve: int, now: float) -> Affordability:
+        """Whether ``pulls`` more pulls still leave ``reserve`` for the kubelet."""
+        who = f"{self.registry} for {self.identity}"
+        report = self.report
+        if report is None or (not report.reported and not report.malformed):
+            return Affordability(True, f"not limited: {who} reports no rate limit", False)
+        remaining = self.estimated_remaining(now)
+        if remaining is None:
+            return Affordability(
+                False,
+                f"{who} sent rate-limit headers that could not be read "
+                f"({', '.join(report.malformed) or 'no remaining count'}); refusing to guess",
+                True,
+            )
+        window = f" per {report.window_seconds}s" if report.window_seconds else ""
+        of_limit = f" of {report.limit}{window}" if report.limit is not None else ""
+        source = f" (source {report.source})" if report.source else ""
+        status = f"{who}{source} has {remaining} pulls left{of_limit}"
+        if remaining - pulls < reserve:
+            return Affordability(
+                False,
+                f"{status}; this needs {pulls} and {reserve} stay reserved for the kubelet",
+                True,
+                remaining,
+            )
+        return Affordability(True, f"{status}; this needs {pulls}", True, remaining)
+
+
+@dataclass(slots=True)
+class RateLimitLedger:
+    """Every budget the operator knows, keyed by (registry host, identity)."""
+
+    budgets: dict[tuple[str, str], PullBudget] = field(default_factory=dict)
+    paused_until: dict[str, float] = field(default_factory=dict)
+
+    def budget(self, registry: str, identity: str) -> PullBudget:
+        key = (registry, identity)
+        if key not in self.budgets:
+            self.budgets[key] = PullBudget(registry=registry, identity=identity)
+        return self.budgets[key]
+
+    def pause(self, registry: str, retry_after: float, now: float) -> float:
+        """A 429: nothing goes to ``registry`` until ``now + retry_after``; returns that time."""
+        until = max(self.paused_until.get(registry, 0.0), now + retry_after)
+        self.paused_until[registry] = until
+        return until
+
+    def pause_remaining(self, registry: str, now: float) -> float:
+        """Seconds until ``registry`` may be asked again (0 when it is not paused)."""
+        return max(0.0, self.paused_until.get(registry, 0.0) - now)
+
+    def can_afford(
+        self, registry: str, identity: str, pulls: int, reserve: int, now: float
+    ) -> Affordability:
+        """Whether ``identity`` may spend ``pulls`` more at ``registry`` and keep ``reserve``."""
+        paused = self.pause_remaining(registry, now)
+        if paused > 0:
+            return Affordability(
+                False,
+                f"{registry} answered 429 Too Many Requests; paused for {paused:.0f}s more",
+                True,
+            )
+        return self.budget(registry, identity).can_afford(pulls, reserve, now)

@@ -1,0 +1,42 @@
+"""The registry client: digests for tags, with authentication and rate-limit accounting.
+
+:class:`RegistryClient` resolves one reference; :mod:`imagerefresh.resolver` fans many out with
+one request per unique (reference, credentials). Every failure is a
+:class:`~imagerefresh.registry.errors.RegistryError`.
+"""
+
+from imagerefresh.registry.client import (
+    MANIFEST_MEDIA_TYPES,
+    RegistryClient,
+    RequestObserver,
+    Resolution,
+    registry_host,
+)
+from imagerefresh.registry.errors import (
+    ManifestNotFound,
+    RegistryAuthError,
+    RegistryError,
+    RegistryProtocolError,
+    RegistryServerError,
+    RegistryThrottled,
+    RegistryTimeout,
+    RegistryUnavailable,
+    RegistryUnreachable,
+)
+
+__all__ = [
+    "MANIFEST_MEDIA_TYPES",
+    "ManifestNotFound",
+    "RegistryAuthError",
+    "RegistryClient",
+    "RegistryError",
+    "RegistryProtocolError",
+    "RegistryServerError",
+    "RegistryThrottled",
+    "RegistryTimeout",
+    "RegistryUnavailable",
+    "RegistryUnreachable",
+    "RequestObserver",
+    "Resolution",
+    "registry_host",
+]

@@ -1,0 +1,83 @@
+"""Every way asking a registry for a digest can fail, as one hierarchy.
+
+The client translates transport exceptions and HTTP answers into these in one place
+(:func:`imagerefresh.registry.client.translate`), so callers handle registry trouble by kind,
+never by status code. Each message says what happened and what to do about it. None of them
+ever carries a credential or a token.
+
+``RegistryError``
+  ├─ ``RegistryUnavailable``   — could not get an answer: retried with backoff
+  │    ├─ ``RegistryUnreachable`` (connection refused, DNS, TLS)
+  │    ├─ ``RegistryTimeout``
+  │    └─ ``RegistryServerError`` (5xx)
+  ├─ ``RegistryThrottled``     — 429; the registry is paused until ``retry_at``
+  ├─ ``RegistryAuthError``     — credentials missing or refused (401/403)
+  ├─ ``ManifestNotFound``      — the repository or tag does not exist (404)
+  └─ ``RegistryProtocolError`` — an answer we cannot trust (malformed digest, bad token JSON…)
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ManifestNotFound",
+    "RegistryAuthError",
+    "RegistryError",
+    "RegistryProtocolError",
+    "RegistryServerError",
+    "RegistryThrottled",
+    "RegistryTimeout",
+    "RegistryUnavailable",
+    "RegistryUnreachable",
+]
+
+
+class RegistryError(Exception):
+    """A registry could not tell us a digest. Never patch on it."""
+
+    def __init__(self, message: str, *, registry: str, reference: str | None = None) -> None:
+        super().__init__(message)
+        self.registry = registry
+        self.reference = reference
+
+    @property
+    def reason(self) -> str:
+        """A CamelCase reason for conditions and events."""
+        return type(self).__name__.removeprefix("Registry")
+
+
+class RegistryUnavailable(RegistryError):
+    """No usable answer arrived; worth retrying."""
+
+
+class RegistryUnreachable(RegistryUnavailable):
+    """The connection failed (refused, DNS, TLS)."""
+
+
+class RegistryTimeout(RegistryUnavailable):
+    """The registry did not answer in time."""
+
+
+class RegistryServerError(RegistryUnavailable):
+    """The registry answered 5xx."""
+
+
+class RegistryThrottled(RegistryError):
+    """The registry answered 429; it is not asked again before ``retry_at`` (seconds, wall)."""
+
+    def __init__(
+        self, message: str, *, registry: str, retry_at: float, reference: str | None = None
+    ) -> None:
+        super().__init__(message, registry=registry, reference=reference)
+        self.retry_at = retry_at
+
+
+class RegistryAuthError(RegistryError):
+    """The registry refused us: credentials are missing, wrong, or lack pull rights."""
+
+
+class ManifestNotFound(RegistryError):
+    """The repository or tag does not exist at this registry."""
+
+
+class RegistryProtocolError(RegistryError):
+    """The registry answered something we cannot trust."""
