@@ -115,11 +115,17 @@ def test_parse_never_invents_latest_but_tracking_does() -> None:
         ("nginx:1.27", "docker.io/library/nginx:1.27", "nginx:1.27"),
         ("docker.io/library/nginx", "docker.io/library/nginx", "nginx"),
         ("library/foo/bar", "docker.io/library/foo/bar", "library/foo/bar"),
-        ("tracebloc/pods-monitor:prod", "docker.io/tracebloc/pods-monitor:prod",
-         "tracebloc/pods-monitor:prod"),
+        (
+            "tracebloc/pods-monitor:prod",
+            "docker.io/tracebloc/pods-monitor:prod",
+            "tracebloc/pods-monitor:prod",
+        ),
         ("127.0.0.1:5000/x/y:t", "127.0.0.1:5000/x/y:t", "127.0.0.1:5000/x/y:t"),
-        (f"busybox:latest@{DIGEST}", f"docker.io/library/busybox:latest@{DIGEST}",
-         f"busybox:latest@{DIGEST}"),
+        (
+            f"busybox:latest@{DIGEST}",
+            f"docker.io/library/busybox:latest@{DIGEST}",
+            f"busybox:latest@{DIGEST}",
+        ),
     ],
 )
 def test_str_is_fully_qualified_and_familiar_is_the_short_form(
@@ -162,8 +168,17 @@ _path = st.tuples(_first_component, st.lists(_component, max_size=3)).map(
     lambda parts: "/".join([parts[0], *parts[1]])
 )
 _domain = st.sampled_from(
-    ["docker.io", "index.docker.io", "ghcr.io", "localhost", "localhost:5000",
-     "127.0.0.1:5000", "registry.example.com:443", "[::1]:5000", "Upper.Example"]
+    [
+        "docker.io",
+        "index.docker.io",
+        "ghcr.io",
+        "localhost",
+        "localhost:5000",
+        "127.0.0.1:5000",
+        "registry.example.com:443",
+        "[::1]:5000",
+        "Upper.Example",
+    ]
 )
 _tag = st.from_regex(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,20}", fullmatch=True)
 _digest = st.from_regex(r"[a-f0-9]{64}", fullmatch=True).map(lambda h: f"sha256:{h}")

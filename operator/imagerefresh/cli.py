@@ -20,6 +20,7 @@ from imagerefresh.credentials import (
     credentials_for,
     parse_docker_config,
 )
+from imagerefresh.logs import LogFormat, configure_logging
 from imagerefresh.reference import InvalidReference, parse
 from imagerefresh.registry import RegistryClient, RegistryError, Resolution
 
@@ -84,8 +85,19 @@ def _ratelimit_line(resolution: Resolution) -> str:
 
 
 @click.group()
-def main() -> None:
+@click.option(
+    "--log-level", default="WARNING", show_default=True, help="DEBUG, INFO, WARNING or ERROR."
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(["auto", "json", "console"]),
+    default="auto",
+    show_default=True,
+    help="auto: JSON unless stderr is a terminal.",
+)
+def main(log_level: str, log_format: LogFormat) -> None:
     """imagerefresh: keep workloads on the newest digest of their tracked tags."""
+    configure_logging(log_level, log_format)
 
 
 @main.command()

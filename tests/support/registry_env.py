@@ -1,0 +1,232 @@
+"""The real registry the tests talk to, and images pushed into it through the registry API.
+
+A session fixture starts distribution's registry (Debian's ``docker-registry serve CONFIG``) on
+a free loopback port — or uses ``IMAGEREFRESH_TEST_REGISTRY`` when the local environment
+(``e2e/local up``) already runs one. Tests push images with :class:`ImagePusher`, which speaks
+the registry HTTP API (blob uploads, manifest PUTs) like ``docker push`` does and returns the
+digest the registry computed, so assertions compare with what the registry says, not with
+what the test believes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from support.hub_front import HubFront
+
+__all__ = ["ImagePusher", "PushedImage", "RegistryServer", "free_port"]
+
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
+OCI_LAYER = "application/vnd.oci.image.layer.v1.tar+gzip"
+DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
+DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
+DOCKER_CONFIG = "application/vnd.docker.container.image.v1+json"
+DOCKER_LAYER = "application/vnd.docker.image.rootfs.diff.tar.gzip"
+PLATFORMS = (("linux", "amd64"), ("linux", "arm64"))
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class RegistryServer:
+    """A distribution registry process on 127.0.0.1 with storage in ``root``."""
+
+    root: Path
+    port: int
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def host(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        binary = shutil.which("docker-registry")
+        if binary is None:
+            raise RuntimeError(
+                "docker-registry is not installed; `make setup` installs the Debian package"
+            )
+        config = self.root / "config.yml"
+        config.write_text(
+            json.dumps(  # JSON is YAML; the registry reads it as its config file
+                {
+                    "version": 0.1,
+                    "log": {"level": "warn"},
+                    "storage": {
+                        "filesystem": {"rootdirectory": str(self.root / "data")},
+                        "delete": {"enabled": True},
+                    },
+                    "http": {"addr": self.host},
+                }
+            )
+        )
+        log = (self.root / "registry.log").open("wb")
+        self.process = subprocess.Popen([binary, "serve", str(config)], stdout=log, stderr=log)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"docker-registry exited; see {self.root / 'registry.log'}")
+            try:
+                if httpx.get(f"http://{self.host}/v2/", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        raise RuntimeError(f"docker-registry did not answer on {self.host}")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(10)
+
+
+@dataclass(frozen=True)
+class PushedImage:
+    """What the registry answered to a push."""
+
+    repository: str  # host:port/path
+    tag: str
+    digest: str  # the digest the registry returned for the top-level manifest
+    media_type: str
+    body: bytes
+
+    @property
+    def reference(self) -> str:
+        return f"{self.repository}:{self.tag}"
+
+
+class ImagePusher:
+    """Push small but well-formed images to a registry through its HTTP API."""
+
+    def __init__(self, host: str) -> None:
+        self.host = host
+        self.http = httpx.Client(base_url=f"http://{host}", timeout=10)
+
+    def _blob(self, path: str, content: bytes) -> dict[str, object]:
+        digest = "sha256:" + hashlib.sha256(content).hexdigest()
+        started = self.http.post(f"/v2/{path}/blobs/uploads/")
+        started.raise_for_status()
+        location = started.headers["location"]
+        separator = "&" if "?" in location else "?"
+        done = self.http.put(
+            f"{location}{separator}digest={digest}",
+            content=content,
+            headers={"Content-Type": "application/octet-stream"},
+        )
+        done.raise_for_status()
+        return {"digest": digest, "size": len(content)}
+
+    def _manifest(
+        self, path: str, ref: str, media_type: str, document: dict[str, object]
+    ) -> tuple[str, bytes]:
+        body = json.dumps(document, sort_keys=True).encode()
+        answer = self.http.put(
+            f"/v2/{path}/manifests/{ref}", content=body, headers={"Content-Type": media_type}
+        )
+        answer.raise_for_status()
+        digest = answer.headers["docker-content-digest"]
+        assert digest == "sha256:" + hashlib.sha256(body).hexdigest()
+        return digest, body
+
+    def _image_manifest(
+        self, path: str, seed: str, docker: bool, platform: tuple[str, str]
+    ) -> dict[str, object]:
+        os_name, arch = platform
+        config = json.dumps(
+            {
+                "architecture": arch,
+                "os": os_name,
+                "rootfs": {"type": "layers", "diff_ids": []},
+                "config": {"Labels": {"seed": seed}},
+            }
+        ).encode()
+        layer = f"layer {seed} {os_name}/{arch}".encode()
+        return {
+            "schemaVersion": 2,
+            "mediaType": DOCKER_MANIFEST if docker else OCI_MANIFEST,
+            "config": {
+                "mediaType": DOCKER_CONFIG if docker else OCI_CONFIG,
+                **self._blob(path, config),
+            },
+            "layers": [
+                {"mediaType": DOCKER_LAYER if docker else OCI_LAYER, **self._blob(path, layer)}
+            ],
+        }
+
+    def push(self, path: str, tag: str, *, seed: str, kind: str = "oci-manifest") -> PushedImage:
+        """Push ``path:tag``; kind is ``oci-manifest``, ``oci-index`` or ``docker-list``.
+
+        A different ``seed`` gives different content, hence a new digest for the same tag.
+        """
+        if kind == "oci-manifest":
+            manifest = self._image_manifest(path, seed, False, PLATFORMS[0])
+            digest, body = self._manifest(path, tag, OCI_MANIFEST, manifest)
+            return PushedImage(f"{self.host}/{path}", tag, digest, OCI_MANIFEST, body)
+        docker = kind == "docker-list"
+        child_type, top_type = (
+            (DOCKER_MANIFEST, DOCKER_LIST) if docker else (OCI_MANIFEST, OCI_INDEX)
+        )
+        entries = []
+        for platform in PLATFORMS:
+            child = self._image_manifest(path, seed, docker, platform)
+            child_digest, child_body = self._manifest(path, "tmp-" + seed, child_type, child)
+            entries.append(
+                {
+                    "mediaType": child_type,
+                    "digest": child_digest,
+                    "size": len(child_body),
+                    "platform": {"os": platform[0], "architecture": platform[1]},
+                }
+            )
+        index = {"schemaVersion": 2, "mediaType": top_type, "manifests": entries}
+        digest, body = self._manifest(path, tag, top_type, index)
+        return PushedImage(f"{self.host}/{path}", tag, digest, top_type, body)
+
+    def close(self) -> None:
+        self.http.close()
+
+
+@pytest.fixture(scope="session")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """host:port of a real distribution registry on loopback (plain HTTP)."""
+    given = os.environ.get("IMAGEREFRESH_TEST_REGISTRY")
+    if given:
+        yield given
+        return
+    server = RegistryServer(tmp_path_factory.mktemp("registry"), free_port())
+    server.start()
+    try:
+        yield server.host
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def pusher(registry: str) -> Iterator[ImagePusher]:
+    pusher = ImagePusher(registry)
+    yield pusher
+    pusher.close()
+
+
+@pytest.fixture
+def hub_front(registry: str) -> Iterator[HubFront]:
+    """A fresh Docker-Hub-like front (tokens, rate limits, counters) before the registry."""
+    front = HubFront(registry).start()
+    yield front
+    front.stop()

@@ -1,0 +1,81 @@
+"""imagerefresh.credentials: pull secrets matched to registries the way the kubelet does."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+
+from imagerefresh.credentials import (
+    Credentials,
+    InvalidDockerConfig,
+    credentials_for,
+    parse_docker_config,
+)
+
+
+def config(**auths: dict[str, str]) -> str:
+    return json.dumps({"auths": auths})
+
+
+def auth(user: str, password: str) -> dict[str, str]:
+    return {"auth": base64.b64encode(f"{user}:{password}".encode()).decode()}
+
+
+@pytest.mark.parametrize(
+    "key", ["docker.io", "index.docker.io", "registry-1.docker.io", "https://index.docker.io/v1/"]
+)
+@pytest.mark.parametrize("domain", ["docker.io", "registry-1.docker.io", "index.docker.io"])
+def test_docker_hub_aliases_all_match_each_other(key: str, domain: str) -> None:
+    parsed = parse_docker_config(json.dumps({"auths": {key: auth("alice", "pw")}}))
+    assert credentials_for(domain, [parsed]) == Credentials("alice", "pw")
+
+
+def test_hosts_with_ports_and_schemes_match_by_host() -> None:
+    parsed = parse_docker_config(
+        config(**{"http://127.0.0.1:5000": auth("a", "1"), "ghcr.io": auth("b", "2")})
+    )
+    assert credentials_for("127.0.0.1:5000", [parsed]) == Credentials("a", "1")
+    assert credentials_for("ghcr.io", [parsed]) == Credentials("b", "2")
+    assert credentials_for("quay.io", [parsed]) is None
+
+
+def test_username_password_fields_and_password_with_colons() -> None:
+    parsed = parse_docker_config(
+        config(**{"a.example": {"username": "u", "password": "p"}, "b.example": auth("v", "x:y")})
+    )
+    assert parsed["a.example"] == Credentials("u", "p")
+    assert parsed["b.example"] == Credentials("v", "x:y")
+
+
+def test_first_secret_in_order_wins() -> None:
+    first = parse_docker_config(config(**{"docker.io": auth("first", "1")}))
+    second = parse_docker_config(config(**{"docker.io": auth("second", "2")}))
+    assert credentials_for("docker.io", [first, second]) == Credentials("first", "1")
+
+
+def test_legacy_dockercfg_without_auths_is_read() -> None:
+    parsed = parse_docker_config(json.dumps({"quay.io": auth("q", "w")}))
+    assert parsed["quay.io"] == Credentials("q", "w")
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "not json",
+        "[]",
+        json.dumps({"auths": {"x.io": {"auth": "%%%"}}}),
+        json.dumps({"auths": {"x.io": {"auth": base64.b64encode(b"nocolon").decode()}}}),
+    ],
+)
+def test_unreadable_pull_secrets_are_errors_that_say_recreate(raw: str) -> None:
+    with pytest.raises(InvalidDockerConfig, match="recreate"):
+        parse_docker_config(raw)
+
+
+def test_the_password_never_appears_in_repr_or_str() -> None:
+    creds = Credentials("alice", "hunter2")
+    assert "hunter2" not in repr(creds)
+    assert "hunter2" not in str(creds)
+    assert creds.identity == "alice"

@@ -1,0 +1,133 @@
+"""imagerefresh.ratelimit: header parsing and the pull-budget ledger (pure, clock passed in)."""
+
+from __future__ import annotations
+
+import pytest
+
+from imagerefresh.ratelimit import (
+    PullBudget,
+    RateLimitLedger,
+    RateLimitReport,
+    RequestKind,
+    parse_ratelimit_headers,
+)
+
+HUB_HEADERS = {
+    "RateLimit-Limit": "100;w=21600",
+    "RateLimit-Remaining": "76;w=21600",
+    "Docker-RateLimit-Source": "203.0.113.7",
+}
+
+
+def test_docker_hub_headers_parse_to_limit_remaining_window_and_source() -> None:
+    assert parse_ratelimit_headers(HUB_HEADERS) == RateLimitReport(
+        limit=100, remaining=76, window_seconds=21600, source="203.0.113.7"
+    )
+
+
+@pytest.mark.parametrize(
+    ("limit", "remaining", "expected"),
+    [
+        ("100", "5", (100, 5, None)),
+        ("100;w=3600, 1000;w=86400", "7;w=3600", (100, 7, 3600)),
+        (" 10 ; w = 60 ", "0;w=60", (10, 0, 60)),
+        ("10;w=60;comment=x", "3;w=60", (10, 3, 60)),
+    ],
+)
+def test_quota_syntax_variants(limit: str, remaining: str, expected: tuple[int, ...]) -> None:
+    report = parse_ratelimit_headers({"ratelimit-limit": limit, "ratelimit-remaining": remaining})
+    assert (report.limit, report.remaining, report.window_seconds) == expected
+
+
+def test_absent_headers_mean_not_limited() -> None:
+    report = parse_ratelimit_headers({"content-type": "application/json"})
+    assert not report.reported
+    assert report.malformed == ()
+    budget = PullBudget("registry.example", "anonymous")
+    budget.record_report(report, now=0)
+    answer = budget.can_afford(1000, reserve=2, now=0)
+    assert answer.allowed
+    assert not answer.limited
+    assert answer.reason.startswith("not limited")
+
+
+@pytest.mark.parametrize("value", ["lots", "-1;w=60", "", "w=60"])
+def test_malformed_headers_are_counted_and_never_guessed(value: str) -> None:
+    report = parse_ratelimit_headers({"ratelimit-limit": "100;w=60", "ratelimit-remaining": value})
+    assert report.remaining is None
+    assert report.malformed == ("ratelimit-remaining",)
+    budget = PullBudget("r", "anonymous")
+    budget.record_report(report, now=0)
+    answer = budget.can_afford(1, reserve=0, now=0)
+    assert not answer.allowed
+    assert answer.limited
+    assert "could not be read" in answer.reason
+    assert budget.malformed_headers == 1
+
+
+def _budget(remaining: int, limit: int = 100, window: int = 21600) -> PullBudget:
+    budget = PullBudget("registry-1.docker.io", "anonymous")
+    budget.record_report(RateLimitReport(limit, remaining, window, "203.0.113.7"), now=1000)
+    return budget
+
+
+@pytest.mark.parametrize(
+    ("remaining", "pulls", "reserve", "allowed"),
+    [
+        (10, 3, 2, True),
+        (5, 3, 2, True),
+        (4, 3, 2, False),
+        (2, 0, 2, True),
+        (1, 0, 2, False),
+        (0, 1, 0, False),
+        (3, 3, 0, True),
+    ],
+)
+def test_reserve_is_kept_for_the_kubelet(
+    remaining: int, pulls: int, reserve: int, allowed: bool
+) -> None:
+    answer = _budget(remaining).can_afford(pulls, reserve, now=1001)
+    assert answer.allowed is allowed
+    assert answer.remaining == remaining
+    if not allowed:
+        assert f"this needs {pulls} and {reserve} stay reserved" in answer.reason
+
+
+def test_own_gets_lower_the_believed_remaining_heads_do_not() -> None:
+    budget = _budget(5)
+    budget.record_request(RequestKind.HEAD, now=1001)
+    budget.record_request(RequestKind.TOKEN, now=1001)
+    assert budget.estimated_remaining(now=1001) == 5
+    budget.record_request(RequestKind.GET, now=1002)
+    assert budget.estimated_remaining(now=1002) == 4
+    assert budget.requests == {RequestKind.HEAD: 1, RequestKind.TOKEN: 1, RequestKind.GET: 1}
+
+
+def test_a_report_older_than_its_window_means_the_budget_rolled_over() -> None:
+    budget = _budget(0, limit=100, window=3600)
+    assert budget.estimated_remaining(now=1000 + 3599) == 0
+    assert budget.estimated_remaining(now=1000 + 3600) == 100
+
+
+def test_own_request_counts_roll_over_with_the_window() -> None:
+    budget = _budget(50, window=60)
+    budget.record_request(RequestKind.HEAD, now=1000)
+    budget.record_request(RequestKind.HEAD, now=1059)
+    assert budget.requests[RequestKind.HEAD] == 2
+    budget.record_request(RequestKind.HEAD, now=1060)
+    assert budget.requests[RequestKind.HEAD] == 1
+
+
+def test_ledger_keeps_one_budget_per_registry_and_identity() -> None:
+    ledger = RateLimitLedger()
+    assert ledger.budget("r", "alice") is ledger.budget("r", "alice")
+    assert ledger.budget("r", "alice") is not ledger.budget("r", "bob")
+    assert ledger.budget("r", "alice") is not ledger.budget("s", "alice")
+
+
+def test_a_pause_refuses_every_identity_of_that_registry_until_it_ends() -> None:
+    ledger = RateLimitLedger()
+    ledger.pause("r", retry_after=60, now=100)
+    assert not ledger.can_afford("r", "alice", 0, 0, now=159).allowed
+    assert ledger.can_afford("s", "alice", 0, 0, now=159).allowed
+    assert ledger.can_afford("r", "alice", 0, 0, now=160).allowed

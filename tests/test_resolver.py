@@ -1,0 +1,69 @@
+"""imagerefresh.resolver: one registry request per unique (reference, credentials) pair."""
+
+from __future__ import annotations
+
+import pytest
+
+from imagerefresh.credentials import Credentials
+from imagerefresh.reference import parse
+from imagerefresh.registry import ManifestNotFound, RegistryClient, Resolution
+from imagerefresh.resolver import ResolutionKey, resolve_all
+from support.hub_front import HubFront
+from support.registry_env import ImagePusher
+
+pytestmark = pytest.mark.registry
+
+
+async def test_duplicates_share_one_request_and_failures_stay_values(
+    hub_front: HubFront, pusher: ImagePusher
+) -> None:
+    hub_front.users = {"alice": "pw"}
+    pushed = {name: pusher.push(f"fan/{name}", "prod", seed=name) for name in ("a", "b", "c")}
+    keys = [
+        ResolutionKey.of(parse(f"{hub_front.host}/fan/{name}:prod"))
+        for name in ("a", "b", "c", "a", "b", "a")
+    ]
+    keys.append(ResolutionKey.of(parse(f"{hub_front.host}/fan/a:prod"), Credentials("alice", "pw")))
+    keys.append(ResolutionKey.of(parse(f"{hub_front.host}/fan/missing:prod")))
+    async with RegistryClient(insecure_registries=[hub_front.host]) as client:
+        results = await resolve_all(client, keys)
+    assert len(results) == 5  # a, b, c anonymously, a as alice, and the missing one
+    for key, result in results.items():
+        name = key.reference.path.split("/")[-1]
+        if name == "missing":
+            assert isinstance(result, ManifestNotFound)
+        else:
+            assert isinstance(result, Resolution)
+            assert result.digest == pushed[name].digest
+    authorized_heads = [
+        r
+        for r in hub_front.served
+        if r.kind == "manifest" and r.method == "HEAD" and r.status != 401
+    ]
+    assert len(authorized_heads) == 5
+
+
+async def test_concurrency_per_registry_is_bounded(
+    hub_front: HubFront, pusher: ImagePusher
+) -> None:
+    for index in range(8):
+        pusher.push(f"bound/r{index}", "prod", seed=str(index))
+    async with RegistryClient(insecure_registries=[hub_front.host]) as client:
+        # Warm the token cache so the bound is measured on manifest requests alone.
+        await resolve_all(
+            client, [ResolutionKey.of(parse(f"{hub_front.host}/bound/r{i}:prod")) for i in range(8)]
+        )
+        hub_front.max_in_flight = 0
+        hub_front.delay_seconds = 0.2
+        await resolve_all(
+            client,
+            [ResolutionKey.of(parse(f"{hub_front.host}/bound/r{i}:prod")) for i in range(8)],
+            concurrency_per_registry=2,
+        )
+    assert hub_front.max_in_flight == 2
+
+
+def test_a_key_is_the_tracked_reference_so_an_implicit_latest_matches_an_explicit_one() -> None:
+    assert ResolutionKey.of(parse("nginx")) == ResolutionKey.of(
+        parse("docker.io/library/nginx:latest")
+    )
