@@ -39,8 +39,8 @@ binaries:
 	e2e/build-binaries
 
 lint: setup
-	$(BIN)/ruff check operator tests
-	$(BIN)/ruff format --check operator tests
+	$(BIN)/ruff check operator tests e2e/local
+	$(BIN)/ruff format --check operator tests e2e/local
 
 types: setup
 	$(BIN)/mypy
@@ -56,4 +56,5 @@ test: setup binaries lint types contracts
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 clean:
+	-e2e/local down
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
