@@ -90,7 +90,7 @@ def test_reserve_is_kept_for_the_kubelet(
     assert answer.allowed is allowed
     assert answer.remaining == remaining
     if not allowed:
-        assert f"this needs {pulls} and {reserve} stay reserved" in answer.reason
+        assert f"needs {pulls} and {reserve} stay reserved" in answer.reason
 
 
 def test_own_gets_lower_the_believed_remaining_heads_do_not() -> None:

@@ -29,6 +29,7 @@ import structlog
 
 __all__ = [
     "Affordability",
+    "BudgetSnapshot",
     "PullBudget",
     "RateLimitLedger",
     "RateLimitReport",
@@ -163,32 +164,53 @@ class PullBudget:
             return report.limit if report.limit is not None else report.remaining
         return report.remaining - self.pulls_since_report
 
+    def snapshot(self, now: float, blocked: str | None = None) -> BudgetSnapshot:
+        return BudgetSnapshot(
+            self.registry, self.identity, self.report, self.estimated_remaining(now), blocked
+        )
+
     def can_afford(self, pulls: int, reserve: int, now: float) -> Affordability:
         """Whether ``pulls`` more pulls still leave ``reserve`` for the kubelet."""
+        return self.snapshot(now).can_afford(pulls, reserve)
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetSnapshot:
+    """A budget frozen at one instant, for a pure planner that spends it across many targets."""
+
+    registry: str
+    identity: str
+    report: RateLimitReport | None = None
+    remaining: int | None = None  # believed remaining pulls; None when unknown or unlimited
+    blocked: str | None = None  # why no pull may be spent at all (a 429 pause)
+
+    def can_afford(self, pulls: int, reserve: int, already_spent: int = 0) -> Affordability:
+        """Whether ``pulls`` more, after ``already_spent`` this tick, still leave ``reserve``."""
         who = f"{self.registry} for {self.identity}"
+        if self.blocked is not None:
+            return Affordability(False, self.blocked, True)
         report = self.report
         if report is None or (not report.reported and not report.malformed):
             return Affordability(True, f"not limited: {who} reports no rate limit", False)
-        remaining = self.estimated_remaining(now)
-        if remaining is None:
+        if self.remaining is None:
             return Affordability(
                 False,
                 f"{who} sent rate-limit headers that could not be read "
                 f"({', '.join(report.malformed) or 'no remaining count'}); refusing to guess",
                 True,
             )
+        remaining = self.remaining - already_spent
         window = f" per {report.window_seconds}s" if report.window_seconds else ""
         of_limit = f" of {report.limit}{window}" if report.limit is not None else ""
-        source = f" (source {report.source})" if report.source else ""
-        status = f"{who}{source} has {remaining} pulls left{of_limit}"
+        status = f"{who} has {remaining} pulls left{of_limit}"
         if remaining - pulls < reserve:
             return Affordability(
                 False,
-                f"{status}; this needs {pulls} and {reserve} stay reserved for the kubelet",
+                f"{status}; this refresh needs {pulls} and {reserve} stay reserved for the kubelet",
                 True,
                 remaining,
             )
-        return Affordability(True, f"{status}; this needs {pulls}", True, remaining)
+        return Affordability(True, f"{status}; this refresh needs {pulls}", True, remaining)
 
 
 @dataclass(slots=True)
@@ -218,11 +240,14 @@ class RateLimitLedger:
         self, registry: str, identity: str, pulls: int, reserve: int, now: float
     ) -> Affordability:
         """Whether ``identity`` may spend ``pulls`` more at ``registry`` and keep ``reserve``."""
+        return self.snapshot(registry, identity, now).can_afford(pulls, reserve)
+
+    def snapshot(self, registry: str, identity: str, now: float) -> BudgetSnapshot:
+        """The budget of ``identity`` at ``registry`` as of ``now``, pause included."""
         paused = self.pause_remaining(registry, now)
-        if paused > 0:
-            return Affordability(
-                False,
-                f"{registry} answered 429 Too Many Requests; paused for {paused:.0f}s more",
-                True,
-            )
-        return self.budget(registry, identity).can_afford(pulls, reserve, now)
+        blocked = (
+            f"{registry} answered 429 Too Many Requests; paused for {paused:.0f}s more"
+            if paused > 0
+            else None
+        )
+        return self.budget(registry, identity).snapshot(now, blocked)

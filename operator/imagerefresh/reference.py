@@ -21,16 +21,20 @@ from dataclasses import dataclass
 
 __all__ = [
     "DEFAULT_DOMAIN",
+    "DOCKER_HUB_REGISTRY",
     "ImageReference",
     "InvalidReference",
     "parse",
     "parse_digest",
+    "registry_host",
 ]
 
 DEFAULT_DOMAIN = "docker.io"
 LEGACY_DEFAULT_DOMAIN = "index.docker.io"
 OFFICIAL_REPO_PREFIX = "library/"
 DEFAULT_TAG = "latest"
+# docker.io is a name; the registry API behind it is served here.
+DOCKER_HUB_REGISTRY = "registry-1.docker.io"
 REPOSITORY_PATH_MAX = 255
 
 _ALPHANUMERIC = r"[a-z0-9]+"
@@ -116,6 +120,11 @@ class ImageReference:
 
     def __str__(self) -> str:
         return self.repository + self._suffix()
+
+
+def registry_host(domain: str) -> str:
+    """The host whose registry API serves a reference's domain (docker.io → registry-1)."""
+    return DOCKER_HUB_REGISTRY if domain == DEFAULT_DOMAIN else domain
 
 
 def parse(text: str) -> ImageReference:

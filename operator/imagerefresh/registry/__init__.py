@@ -5,12 +5,12 @@ one request per unique (reference, credentials). Every failure is a
 :class:`~imagerefresh.registry.errors.RegistryError`.
 """
 
+from imagerefresh.reference import registry_host
 from imagerefresh.registry.client import (
     MANIFEST_MEDIA_TYPES,
     RegistryClient,
     RequestObserver,
     Resolution,
-    registry_host,
 )
 from imagerefresh.registry.errors import (
     ManifestNotFound,

@@ -37,7 +37,7 @@ from imagerefresh.ratelimit import (
     RequestKind,
     parse_ratelimit_headers,
 )
-from imagerefresh.reference import ImageReference, InvalidReference, parse_digest
+from imagerefresh.reference import ImageReference, InvalidReference, parse_digest, registry_host
 from imagerefresh.registry.auth import (
     DEFAULT_TOKEN_LIFETIME,
     Challenge,
@@ -66,8 +66,6 @@ MANIFEST_MEDIA_TYPES = (
     "application/vnd.oci.image.manifest.v1+json",
     "application/vnd.docker.distribution.manifest.v2+json",
 )
-DOCKER_HUB_DOMAIN = "docker.io"
-DOCKER_HUB_REGISTRY = "registry-1.docker.io"
 DEFAULT_RETRY_AFTER = 60.0
 
 # (registry host, request kind, outcome) → None; the metrics module plugs in here.
@@ -83,11 +81,6 @@ class Resolution:
     registry: str  # the host the request went to
     ratelimit: RateLimitReport
     method: RequestKind  # HEAD, or GET when the registry omitted the digest header
-
-
-def registry_host(domain: str) -> str:
-    """The host that serves a reference's domain."""
-    return DOCKER_HUB_REGISTRY if domain == DOCKER_HUB_DOMAIN else domain
 
 
 def _retry_after_seconds(value: str | None, now: float) -> float:

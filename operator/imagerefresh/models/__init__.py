@@ -1,0 +1,39 @@
+"""Typed models of the ImageRefreshPolicy API (spec and status), mirroring the CRD in crds/."""
+
+from imagerefresh.models.durations import Duration, format_duration, parse_duration
+from imagerefresh.models.policy import (
+    ContainerSpec,
+    PolicySpec,
+    PullBudgetSpec,
+    TargetSpec,
+    WorkloadKind,
+)
+from imagerefresh.models.status import (
+    Condition,
+    ConditionType,
+    ContainerStatus,
+    PendingRefresh,
+    Phase,
+    PolicyStatus,
+    RegistryStatus,
+    TargetStatus,
+)
+
+__all__ = [
+    "Condition",
+    "ConditionType",
+    "ContainerSpec",
+    "ContainerStatus",
+    "Duration",
+    "PendingRefresh",
+    "Phase",
+    "PolicySpec",
+    "PolicyStatus",
+    "PullBudgetSpec",
+    "RegistryStatus",
+    "TargetSpec",
+    "TargetStatus",
+    "WorkloadKind",
+    "format_duration",
+    "parse_duration",
+]

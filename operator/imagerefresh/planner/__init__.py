@@ -1,0 +1,43 @@
+"""The decision core: a pure function from a tick's evidence to its actions and new status.
+
+No kopf, no API or registry calls: :mod:`~imagerefresh.planner.evidence` defines what the shell
+gathers, :func:`plan_tick` decides, :mod:`~imagerefresh.planner.actions` is what comes out.
+"""
+
+from imagerefresh.planner.actions import Event, ImageChange, ImagePatch, PatchPurpose, Plan
+from imagerefresh.planner.evidence import (
+    DigestOutcome,
+    LiveContainer,
+    NamespacePolicy,
+    ObservedPod,
+    PolicyView,
+    Resolved,
+    TargetEvidence,
+    TargetKey,
+    TickInput,
+    Unresolved,
+    Workload,
+    running_digest,
+)
+from imagerefresh.planner.tick import plan_tick
+
+__all__ = [
+    "DigestOutcome",
+    "Event",
+    "ImageChange",
+    "ImagePatch",
+    "LiveContainer",
+    "NamespacePolicy",
+    "ObservedPod",
+    "PatchPurpose",
+    "Plan",
+    "PolicyView",
+    "Resolved",
+    "TargetEvidence",
+    "TargetKey",
+    "TickInput",
+    "Unresolved",
+    "Workload",
+    "plan_tick",
+    "running_digest",
+]

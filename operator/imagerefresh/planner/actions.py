@@ -1,0 +1,71 @@
+"""What a tick decides to do, as data: guarded image patches and events, plus the new status.
+
+A patch is never a blind write. :meth:`ImagePatch.json_patch` renders it as a JSON Patch whose
+``test`` operations pin each container's name and current image at its index before the
+``replace``: if anyone changed the workload between our read and our write, the API server
+rejects the whole patch (422) and nothing is clobbered; the next tick reads again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Literal
+
+from imagerefresh.models import PolicyStatus
+from imagerefresh.planner.evidence import TargetKey
+
+__all__ = ["Event", "ImageChange", "ImagePatch", "PatchPurpose", "Plan"]
+
+
+class PatchPurpose(StrEnum):
+    REFRESH = "refresh"  # pin the desired digests
+    ROLLBACK = "rollback"  # restore the images a failed refresh replaced
+
+
+@dataclass(frozen=True, slots=True)
+class ImageChange:
+    container: str
+    json_path: str  # /spec/template/spec/containers/<index>
+    expected: str  # the image the container must still have (precondition)
+    image: str  # the image to write
+
+
+@dataclass(frozen=True, slots=True)
+class ImagePatch:
+    """One patch per workload: every changed container of its pod template at once."""
+
+    target: TargetKey
+    purpose: PatchPurpose
+    changes: tuple[ImageChange, ...]
+
+    def json_patch(self) -> list[dict[str, str]]:
+        operations: list[dict[str, str]] = []
+        for change in self.changes:
+            operations += [
+                {"op": "test", "path": f"{change.json_path}/name", "value": change.container},
+                {"op": "test", "path": f"{change.json_path}/image", "value": change.expected},
+                {"op": "replace", "path": f"{change.json_path}/image", "value": change.image},
+            ]
+        return operations
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """A Kubernetes event about the policy (``target`` None) or about a target's workload."""
+
+    type: Literal["Normal", "Warning"]
+    reason: str
+    message: str
+    target: TargetKey | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """The outcome of a tick: patches to apply, events to post, the status to write."""
+
+    patches: tuple[ImagePatch, ...]
+    events: tuple[Event, ...]
+    status: PolicyStatus
+    degraded: bool = False
+    rate_limited: bool = False

@@ -1,0 +1,209 @@
+"""What a tick knows: the evidence the planner decides on, gathered by the shell beforehand.
+
+Everything here is plain, immutable data. The shell reads workloads, pods and digests, turns
+them into these types (the ``from_api`` constructors take the API server's JSON), and hands
+them to :func:`imagerefresh.planner.plan_tick`, which never performs I/O. Unreadable evidence
+is represented explicitly (:class:`Unresolved`, ``TargetEvidence.error``) so that the planner
+can fail closed on it instead of mistaking it for an empty answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from types import MappingProxyType
+from typing import Any
+
+from imagerefresh.models import PolicySpec, PolicyStatus, WorkloadKind
+from imagerefresh.ratelimit import BudgetSnapshot
+from imagerefresh.reference import InvalidReference, parse, parse_digest
+from imagerefresh.rollout import RolloutVerdict, rollout_verdict
+
+__all__ = [
+    "ANONYMOUS",
+    "DigestOutcome",
+    "LiveContainer",
+    "NamespacePolicy",
+    "ObservedPod",
+    "PolicyView",
+    "Resolved",
+    "TargetEvidence",
+    "TargetKey",
+    "TickInput",
+    "Unresolved",
+    "Workload",
+    "running_digest",
+]
+
+ANONYMOUS = "anonymous"
+_EMPTY: Mapping[Any, Any] = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class TargetKey:
+    kind: WorkloadKind
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class LiveContainer:
+    """A container of the pod template as it is now; ``index`` locates it for a JSON Patch."""
+
+    name: str
+    image: str
+    index: int
+    init: bool = False
+
+    @property
+    def json_path(self) -> str:
+        kind = "initContainers" if self.init else "containers"
+        return f"/spec/template/spec/{kind}/{self.index}"
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """A Deployment, DaemonSet or StatefulSet, reduced to what a tick decides on."""
+
+    key: TargetKey
+    generation: int
+    containers: Mapping[str, LiveContainer]
+    verdict: RolloutVerdict
+    expected_pods: int  # replicas, or scheduled nodes for a DaemonSet: the pulls one image costs
+
+    @classmethod
+    def from_api(cls, obj: Mapping[str, Any]) -> Workload:
+        metadata, spec = obj["metadata"], obj["spec"]
+        pod_spec = spec["template"]["spec"]
+        containers: dict[str, LiveContainer] = {}
+        for init, section in ((True, "initContainers"), (False, "containers")):
+            for index, container in enumerate(pod_spec.get(section) or ()):
+                containers[container["name"]] = LiveContainer(
+                    container["name"], container.get("image", ""), index, init
+                )
+        kind = WorkloadKind(obj["kind"])
+        if kind is WorkloadKind.DAEMONSET:
+            expected = int((obj.get("status") or {}).get("desiredNumberScheduled") or 0)
+        else:
+            replicas = spec.get("replicas")
+            expected = int(replicas) if replicas is not None else 1
+        return cls(
+            key=TargetKey(kind, metadata["namespace"], metadata["name"]),
+            generation=int(metadata.get("generation") or 0),
+            containers=MappingProxyType(containers),
+            verdict=rollout_verdict(obj),
+            expected_pods=expected,
+        )
+
+
+def running_digest(image_id: str | None) -> str | None:
+    """The manifest digest a kubelet reports in ``imageID``, or None when it is not one.
+
+    containerd reports ``docker.io/library/nginx@sha256:…`` (the digest the tag resolved to);
+    cri-dockerd ``docker-pullable://nginx@sha256:…``. A bare ``sha256:…`` or ``docker://sha256:…``
+    is an image (config) ID, not a manifest digest, so it is unknown — never a match.
+    """
+    if not image_id:
+        return None
+    text = image_id.removeprefix("docker-pullable://")
+    if "://" in text or "@" not in text:
+        return None
+    try:
+        return parse(text).digest
+    except InvalidReference:
+        try:
+            return parse_digest(text.rpartition("@")[2])
+        except InvalidReference:
+            return None
+
+
+@dataclass(frozen=True, slots=True)
+class ObservedPod:
+    """One pod of a workload: what digest each container runs (None when unknown)."""
+
+    name: str
+    running: Mapping[str, str | None]
+
+    @classmethod
+    def from_api(cls, obj: Mapping[str, Any]) -> ObservedPod:
+        status = obj.get("status") or {}
+        running: dict[str, str | None] = {}
+        for section in ("initContainerStatuses", "containerStatuses"):
+            for container in status.get(section) or ():
+                running[container["name"]] = running_digest(container.get("imageID"))
+        return cls(obj["metadata"]["name"], MappingProxyType(running))
+
+
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """The registry's answer for a tracked tag."""
+
+    digest: str
+
+
+@dataclass(frozen=True, slots=True)
+class Unresolved:
+    """The registry could not be read for a tracked tag; ``message`` says why and what to do."""
+
+    reason: str
+    message: str
+
+
+DigestOutcome = Resolved | Unresolved
+
+
+@dataclass(frozen=True, slots=True)
+class TargetEvidence:
+    """Everything read for one target. ``workload`` None with no ``error`` means it is absent."""
+
+    workload: Workload | None = None
+    error: str | None = None  # the API could not be read: fail closed
+    pods: tuple[ObservedPod, ...] = ()
+    digests: Mapping[str, DigestOutcome] = field(default_factory=lambda: _EMPTY)
+    identities: Mapping[str, str] = field(default_factory=lambda: _EMPTY)  # registry → identity
+
+
+@dataclass(frozen=True, slots=True)
+class NamespacePolicy:
+    """Which namespaces a policy may reach beyond its own (the confused-deputy guard)."""
+
+    allowed_pairs: frozenset[tuple[str, str]] = frozenset()  # (policy ns, target ns); "*" = any
+
+    def allows(self, policy_namespace: str, target_namespace: str) -> bool:
+        if policy_namespace == target_namespace:
+            return True
+        return any(
+            source in (policy_namespace, "*") and target in (target_namespace, "*")
+            for source, target in self.allowed_pairs
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyView:
+    """The ImageRefreshPolicy as the planner sees it."""
+
+    namespace: str
+    name: str
+    generation: int
+    spec: PolicySpec
+    status: PolicyStatus
+    reset_request: str | None = None  # the value of the reset annotation, if set
+
+    def target_key(self, index: int) -> TargetKey:
+        target = self.spec.targets[index]
+        return TargetKey(target.kind, target.namespace or self.namespace, target.name)
+
+
+@dataclass(frozen=True, slots=True)
+class TickInput:
+    """Everything one tick decides on."""
+
+    policy: PolicyView
+    evidence: Mapping[TargetKey, TargetEvidence]
+    budgets: Mapping[tuple[str, str], BudgetSnapshot]  # (registry host, identity) → budget
+    now: datetime
+    namespaces: NamespacePolicy = NamespacePolicy()

@@ -1,0 +1,104 @@
+"""One tick of one policy, as a pure function: (evidence, budget, now) → (actions, status).
+
+:func:`plan_tick` honours a new reset request, decides every target independently (an
+unsettled or broken target never blocks the others), then derives the summary, the
+conditions and the policy-wide events from the targets in one place. The shell applies the
+patches, posts the events and writes the status only if it differs from the one it read.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from imagerefresh.models import Phase, PolicyStatus, RegistryStatus, TargetStatus
+from imagerefresh.planner import reasons
+from imagerefresh.planner.actions import Event, Plan
+from imagerefresh.planner.conditions import (
+    TickFlags,
+    condition_events,
+    derive_conditions,
+    worst_phase,
+)
+from imagerefresh.planner.evidence import TargetEvidence, TargetKey, TickInput
+from imagerefresh.planner.target import TargetContext, TargetOutcome, plan_target
+from imagerefresh.ratelimit import BudgetSnapshot
+
+__all__ = ["plan_tick"]
+
+_NOT_READ = TargetEvidence(error="the workload was not read this tick")
+
+
+def _registries(budgets: dict[tuple[str, str], BudgetSnapshot]) -> tuple[RegistryStatus, ...]:
+    statuses = []
+    for (host, identity), budget in sorted(budgets.items()):
+        report = budget.report
+        if report is None:
+            continue
+        statuses.append(
+            RegistryStatus(
+                host=host,
+                identity=identity,
+                limit=report.limit,
+                remaining=report.remaining,
+                window_seconds=report.window_seconds,
+                source=report.source,
+            )
+        )
+    return tuple(statuses)
+
+
+def _key(status: TargetStatus) -> TargetKey:
+    return TargetKey(status.kind, status.namespace, status.name)
+
+
+def plan_tick(tick: TickInput) -> Plan:
+    """Decide one tick of one policy. Pure: the same input always gives the same plan."""
+    policy, spec, before = tick.policy, tick.policy.spec, tick.policy.status
+    reset = policy.reset_request is not None and policy.reset_request != before.last_reset
+    ctx = TargetContext(spec, policy.name, tick.now, tick.budgets, reset, Counter())
+    previous = {_key(status): status for status in before.targets}
+    outcomes: list[tuple[TargetKey, TargetOutcome]] = []
+    for index, target in enumerate(spec.targets):
+        key = policy.target_key(index)
+        allowed = tick.namespaces.allows(policy.namespace, key.namespace)
+        evidence = tick.evidence.get(key, _NOT_READ)
+        outcomes.append((key, plan_target(ctx, target, key, previous.get(key), evidence, allowed)))
+    targets = tuple(outcome.status for _, outcome in outcomes)
+    flags = TickFlags(
+        degraded=tuple(str(key) for key, outcome in outcomes if outcome.degraded),
+        rate_limited=tuple(str(key) for key, outcome in outcomes if outcome.rate_limited),
+    )
+    conditions = derive_conditions(
+        targets, spec, flags, before.conditions, policy.generation, tick.now
+    )
+    events: list[Event] = []
+    if reset:
+        events.append(
+            Event(
+                "Normal",
+                reasons.RESET,
+                f"reset {policy.reset_request!r} honoured: refresh attempts cleared on every "
+                "target",
+            )
+        )
+    for _, outcome in outcomes:
+        events += outcome.events
+    events += condition_events(before.conditions, conditions)
+    refreshed = [t.last_refresh for t in targets if t.last_refresh is not None]
+    status = PolicyStatus(
+        observed_generation=policy.generation,
+        phase=worst_phase(targets) if targets else Phase.CURRENT,
+        target_count=len(targets),
+        last_refresh=max(refreshed, default=None),
+        conditions=conditions,
+        targets=targets,
+        registries=_registries(dict(tick.budgets)),
+        last_reset=policy.reset_request if reset else before.last_reset,
+    )
+    return Plan(
+        patches=tuple(o.patch for _, o in outcomes if o.patch is not None),
+        events=tuple(events),
+        status=status,
+        degraded=bool(flags.degraded),
+        rate_limited=bool(flags.rate_limited),
+    )

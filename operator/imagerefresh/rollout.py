@@ -1,0 +1,141 @@
+"""Whether a workload's rollout has settled — exactly what ``kubectl rollout status`` means.
+
+The replaced CronJob judged readiness from ``Ready`` alone, and old pods stay Ready while a new
+spec never lands. kubectl's rules (``pkg/polymorphichelpers/rollout_status.go``) do not make
+that mistake: nothing is judged until the controller has observed the current generation, and
+then every replica must be *updated* and available. These functions apply those rules, in
+kubectl's order, to a workload object as the API server returns it (a JSON dict), so they are
+pure and table-testable.
+
+One deliberate difference: kubectl refuses OnDelete workloads with an error. Here that is the
+:attr:`RolloutState.UNSUPPORTED` verdict, which the planner reports as a Conflict: an OnDelete
+workload never rolls by itself after a patch, so waiting for it would wait forever.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+__all__ = ["RolloutState", "RolloutVerdict", "rollout_verdict"]
+
+Workload = Mapping[str, Any]
+
+
+class RolloutState(StrEnum):
+    COMPLETE = "Complete"  # settled: observed, every replica updated and available
+    PROGRESSING = "Progressing"  # not settled yet
+    FAILED = "Failed"  # the controller gave up (ProgressDeadlineExceeded)
+    UNSUPPORTED = "Unsupported"  # OnDelete: no rollout happens without a human
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutVerdict:
+    state: RolloutState
+    message: str
+
+    @property
+    def settled(self) -> bool:
+        return self.state is RolloutState.COMPLETE
+
+
+def _int(mapping: Mapping[str, Any], key: str, default: int = 0) -> int:
+    value = mapping.get(key)
+    return int(value) if value is not None else default
+
+
+def _waiting(message: str) -> RolloutVerdict:
+    return RolloutVerdict(RolloutState.PROGRESSING, message)
+
+
+_SPEC_NOT_OBSERVED = "waiting for the controller to observe the new spec"
+
+
+def deployment_verdict(workload: Workload) -> RolloutVerdict:
+    metadata, spec, status = workload["metadata"], workload["spec"], workload.get("status", {})
+    if _int(metadata, "generation") > _int(status, "observedGeneration"):
+        return _waiting(_SPEC_NOT_OBSERVED)
+    for condition in status.get("conditions") or ():
+        if (
+            condition.get("type") == "Progressing"
+            and condition.get("reason") == "ProgressDeadlineExceeded"
+        ):
+            return RolloutVerdict(
+                RolloutState.FAILED,
+                f"the Deployment exceeded its progress deadline: {condition.get('message', '')}",
+            )
+    desired = _int(spec, "replicas", 1)
+    updated = _int(status, "updatedReplicas")
+    if updated < desired:
+        return _waiting(f"{updated} of {desired} new replicas have been updated")
+    total = _int(status, "replicas")
+    if total > updated:
+        return _waiting(f"{total - updated} old replicas are pending termination")
+    available = _int(status, "availableReplicas")
+    if available < updated:
+        return _waiting(f"{available} of {updated} updated replicas are available")
+    return RolloutVerdict(RolloutState.COMPLETE, "successfully rolled out")
+
+
+def daemonset_verdict(workload: Workload) -> RolloutVerdict:
+    metadata, spec, status = workload["metadata"], workload["spec"], workload.get("status", {})
+    strategy = (spec.get("updateStrategy") or {}).get("type", "RollingUpdate")
+    if strategy != "RollingUpdate":
+        return RolloutVerdict(
+            RolloutState.UNSUPPORTED,
+            f"the DaemonSet uses the {strategy} update strategy: it never rolls by itself",
+        )
+    if _int(metadata, "generation") > _int(status, "observedGeneration"):
+        return _waiting(_SPEC_NOT_OBSERVED)
+    desired = _int(status, "desiredNumberScheduled")
+    updated = _int(status, "updatedNumberScheduled")
+    if updated < desired:
+        return _waiting(f"{updated} of {desired} updated pods are scheduled")
+    available = _int(status, "numberAvailable")
+    if available < desired:
+        return _waiting(f"{available} of {desired} updated pods are available")
+    return RolloutVerdict(RolloutState.COMPLETE, "successfully rolled out")
+
+
+def statefulset_verdict(workload: Workload) -> RolloutVerdict:
+    metadata, spec, status = workload["metadata"], workload["spec"], workload.get("status", {})
+    strategy = spec.get("updateStrategy") or {}
+    kind = strategy.get("type", "RollingUpdate")
+    if kind != "RollingUpdate":
+        return RolloutVerdict(
+            RolloutState.UNSUPPORTED,
+            f"the StatefulSet uses the {kind} update strategy: it never rolls by itself",
+        )
+    observed = _int(status, "observedGeneration")
+    if observed == 0 or _int(metadata, "generation") > observed:
+        return _waiting(_SPEC_NOT_OBSERVED)
+    desired = _int(spec, "replicas", 1)
+    ready = _int(status, "readyReplicas")
+    if ready < desired:
+        return _waiting(f"{ready} of {desired} pods are ready")
+    rolling = strategy.get("rollingUpdate")
+    if rolling is not None:
+        partition = rolling.get("partition")
+        updated = _int(status, "updatedReplicas")
+        if partition is not None and updated < desired - int(partition):
+            return _waiting(
+                f"partitioned roll out: {updated} of {desired - int(partition)} new pods updated"
+            )
+        return RolloutVerdict(RolloutState.COMPLETE, "partitioned roll out complete")
+    if status.get("updateRevision") != status.get("currentRevision"):
+        return _waiting(f"waiting for pods to reach revision {status.get('updateRevision')}")
+    return RolloutVerdict(RolloutState.COMPLETE, "rolling update complete")
+
+
+_VERDICTS = {
+    "Deployment": deployment_verdict,
+    "DaemonSet": daemonset_verdict,
+    "StatefulSet": statefulset_verdict,
+}
+
+
+def rollout_verdict(workload: Workload) -> RolloutVerdict:
+    """Judge a Deployment, DaemonSet or StatefulSet as ``kubectl rollout status`` would."""
+    return _VERDICTS[workload["kind"]](workload)

@@ -1,0 +1,136 @@
+"""Builders for planner inputs: a policy, its targets' evidence, budgets, and a clock."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from support.workloads import Json
+
+from imagerefresh.models import PolicySpec, PolicyStatus
+from imagerefresh.planner import (
+    NamespacePolicy,
+    ObservedPod,
+    Plan,
+    PolicyView,
+    Resolved,
+    TargetEvidence,
+    TargetKey,
+    TickInput,
+    Unresolved,
+    Workload,
+    plan_tick,
+)
+from imagerefresh.ratelimit import BudgetSnapshot, RateLimitReport
+
+T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+NS = "tracebloc"
+JM = "tracebloc/jobs-manager:prod"
+PM = "tracebloc/pods-monitor:prod"
+RM = "tracebloc/resource-monitor:prod"
+
+
+def digest(n: int | str) -> str:
+    """A well-formed sha256 digest, distinct per ``n``."""
+    return "sha256:" + hashlib.sha256(str(n).encode()).hexdigest()
+
+
+def spec(*targets: dict[str, Any], **fields: Any) -> PolicySpec:
+    return PolicySpec.model_validate({"targets": list(targets), **fields})
+
+
+def target(
+    name: str, kind: str = "Deployment", namespace: str | None = None, **containers: str
+) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "kind": kind,
+        "name": name,
+        "containers": [{"name": n, "image": i} for n, i in containers.items()],
+    }
+    if namespace is not None:
+        entry["namespace"] = namespace
+    return entry
+
+
+def key(name: str, kind: str = "Deployment", namespace: str = NS) -> TargetKey:
+    return TargetKey(kind, namespace, name)  # type: ignore[arg-type]
+
+
+def evidence(
+    workload: Json | None,
+    pods: list[Json] | None = None,
+    digests: Mapping[str, str | Unresolved] | None = None,
+    identities: Mapping[str, str] | None = None,
+    error: str | None = None,
+) -> TargetEvidence:
+    return TargetEvidence(
+        workload=Workload.from_api(workload) if workload is not None else None,
+        error=error,
+        pods=tuple(ObservedPod.from_api(p) for p in pods or ()),
+        digests={
+            name: value if isinstance(value, Unresolved) else Resolved(value)
+            for name, value in (digests or {}).items()
+        },
+        identities=identities or {},
+    )
+
+
+def budget(
+    host: str,
+    remaining: int | None,
+    limit: int = 100,
+    identity: str = "anonymous",
+    blocked: str | None = None,
+) -> BudgetSnapshot:
+    report = RateLimitReport(limit=limit, remaining=remaining, window_seconds=21600)
+    return BudgetSnapshot(host, identity, report, remaining, blocked)
+
+
+class Tick:
+    """A policy ticking over time: each :meth:`run` feeds the previous plan's status back."""
+
+    def __init__(
+        self,
+        policy_spec: PolicySpec,
+        *,
+        generation: int = 1,
+        namespaces: NamespacePolicy | None = None,
+    ) -> None:
+        self.spec = policy_spec
+        self.generation = generation
+        self.status = PolicyStatus()
+        self.now = T0
+        self.reset: str | None = None
+        self.namespaces = namespaces or NamespacePolicy()
+
+    def input(
+        self,
+        targets: Mapping[TargetKey, TargetEvidence],
+        budgets: Mapping[tuple[str, str], BudgetSnapshot] | None = None,
+    ) -> TickInput:
+        view = PolicyView(NS, "control-plane", self.generation, self.spec, self.status, self.reset)
+        return TickInput(view, targets, budgets or {}, self.now, self.namespaces)
+
+    def run(
+        self,
+        targets: Mapping[TargetKey, TargetEvidence],
+        budgets: Mapping[tuple[str, str], BudgetSnapshot] | None = None,
+        *,
+        advance: timedelta = timedelta(minutes=15),
+    ) -> Plan:
+        plan = plan_tick(self.input(targets, budgets))
+        self.status = plan.status
+        self.now += advance
+        return plan
+
+    def target(self, name: str, kind: str = "Deployment", namespace: str = NS) -> Any:
+        return next(
+            t
+            for t in self.status.targets
+            if (t.kind, t.namespace, t.name) == (kind, namespace, name)
+        )
+
+    def condition(self, kind: str) -> Any:
+        return next(c for c in self.status.conditions if c.type == kind)

@@ -1,0 +1,132 @@
+"""imagerefresh.rollout mirrors `kubectl rollout status` (pkg/polymorphichelpers/rollout_status.go).
+
+Each row names the kubectl branch it mirrors; the order of checks matters and is kubectl's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from support.workloads import daemonset, deployment, statefulset
+
+from imagerefresh.rollout import RolloutState, rollout_verdict
+
+IMG = {"api": "tracebloc/jobs-manager:prod"}
+DEADLINE = [{"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded"}]
+COMPLETE, WAITING, FAILED, UNSUPPORTED = (
+    RolloutState.COMPLETE,
+    RolloutState.PROGRESSING,
+    RolloutState.FAILED,
+    RolloutState.UNSUPPORTED,
+)
+
+DEPLOYMENTS: list[tuple[str, dict[str, Any], RolloutState, str]] = [
+    ("settled", {}, COMPLETE, "successfully rolled out"),
+    ("generation not observed", {"generation": 2, "observed": 1}, WAITING, "observe"),
+    # kubectl judges nothing, not even the deadline, before the generation is observed.
+    (
+        "deadline before observed",
+        {"generation": 2, "observed": 1, "conditions": DEADLINE},
+        WAITING,
+        "observe",
+    ),
+    ("deadline exceeded", {"conditions": DEADLINE, "updated": 0}, FAILED, "progress deadline"),
+    ("updated < replicas", {"replicas": 3, "updated": 2}, WAITING, "2 of 3 new replicas"),
+    (
+        "old replicas pending termination",
+        {"replicas": 2, "updated": 2, "total": 3},
+        WAITING,
+        "1 old replicas",
+    ),
+    # Old pods Ready do not count: availability is of *updated* replicas.
+    (
+        "updated not available",
+        {"replicas": 2, "updated": 2, "available": 1},
+        WAITING,
+        "1 of 2 updated replicas are available",
+    ),
+    ("scaled to zero", {"replicas": 0, "updated": 0}, COMPLETE, "successfully"),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "fields", "state", "message"), DEPLOYMENTS, ids=[d[0] for d in DEPLOYMENTS]
+)
+def test_deployment_rollout_status(
+    case: str, fields: dict[str, Any], state: RolloutState, message: str
+) -> None:
+    verdict = rollout_verdict(deployment("d", IMG, **fields))
+    assert verdict.state is state
+    assert message in verdict.message
+    assert verdict.settled is (state is COMPLETE)
+
+
+DAEMONSETS: list[tuple[str, dict[str, Any], RolloutState, str]] = [
+    ("settled", {}, COMPLETE, "successfully"),
+    ("OnDelete never rolls", {"strategy": "OnDelete"}, UNSUPPORTED, "OnDelete"),
+    ("generation not observed", {"generation": 3, "observed": 2}, WAITING, "observe"),
+    ("updated < scheduled", {"desired": 3, "updated": 2}, WAITING, "2 of 3 updated"),
+    (
+        "available < scheduled",
+        {"desired": 3, "available": 2},
+        WAITING,
+        "2 of 3 updated pods are available",
+    ),
+    ("no nodes", {"desired": 0}, COMPLETE, "successfully"),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "fields", "state", "message"), DAEMONSETS, ids=[d[0] for d in DAEMONSETS]
+)
+def test_daemonset_rollout_status(
+    case: str, fields: dict[str, Any], state: RolloutState, message: str
+) -> None:
+    verdict = rollout_verdict(daemonset("ds", IMG, **fields))
+    assert verdict.state is state
+    assert message in verdict.message
+
+
+STATEFULSETS: list[tuple[str, dict[str, Any], RolloutState, str]] = [
+    ("settled with partition 0", {}, COMPLETE, "partitioned roll out complete"),
+    ("OnDelete never rolls", {"strategy": "OnDelete"}, UNSUPPORTED, "OnDelete"),
+    ("observedGeneration 0", {"observed": 0}, WAITING, "observe"),
+    ("generation not observed", {"generation": 2, "observed": 1}, WAITING, "observe"),
+    ("ready < replicas", {"replicas": 3, "ready": 2}, WAITING, "2 of 3 pods are ready"),
+    ("partition 0, not all updated", {"replicas": 3, "updated": 2}, WAITING, "2 of 3 new pods"),
+    # With a partition only replicas - partition pods must be updated.
+    (
+        "partition 2 of 3, one updated",
+        {"replicas": 3, "updated": 1, "partition": 2},
+        COMPLETE,
+        "partitioned roll out complete",
+    ),
+    (
+        "partition 1 of 3, one updated",
+        {"replicas": 3, "updated": 1, "partition": 1},
+        WAITING,
+        "1 of 2 new pods",
+    ),
+    # With rollingUpdate present (the API server defaults it), revisions are not compared.
+    ("rollingUpdate: revisions differ", {"update_revision": "r2"}, COMPLETE, "complete"),
+    (
+        "no rollingUpdate: revisions differ",
+        {"rolling": False, "update_revision": "r2"},
+        WAITING,
+        "revision r2",
+    ),
+    ("no rollingUpdate: revisions equal", {"rolling": False}, COMPLETE, "rolling update complete"),
+    ("rollingUpdate without partition", {"partition": None, "updated": 0}, COMPLETE, "complete"),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "fields", "state", "message"), STATEFULSETS, ids=[s[0] for s in STATEFULSETS]
+)
+def test_statefulset_rollout_status(
+    case: str, fields: dict[str, Any], state: RolloutState, message: str
+) -> None:
+    verdict = rollout_verdict(statefulset("sts", IMG, **fields))
+    assert verdict.state is state
+    assert message in verdict.message
