@@ -8,6 +8,7 @@ from imagerefresh.credentials import Credentials
 from imagerefresh.reference import parse
 from imagerefresh.registry import ManifestNotFound, RegistryClient, Resolution
 from imagerefresh.resolver import ResolutionKey, resolve_all
+
 from support.hub_front import HubFront
 from support.registry_env import ImagePusher
 

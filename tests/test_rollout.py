@@ -8,9 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from support.workloads import daemonset, deployment, statefulset
 
 from imagerefresh.rollout import RolloutState, rollout_verdict
+
+from support.workloads import daemonset, deployment, statefulset
 
 IMG = {"api": "tracebloc/jobs-manager:prod"}
 DEADLINE = [{"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded"}]

@@ -33,7 +33,7 @@ def test_go_durations_parse(text: str, seconds: float) -> None:
 
 @pytest.mark.parametrize("text", ["", "15", "15 m", "m", "1d", "1h 30m", "PT15M", "1.h2"])
 def test_what_go_rejects_is_rejected_with_the_accepted_form(text: str) -> None:
-    with pytest.raises(ValueError, match="30s, 15m or 1h30m|empty"):
+    with pytest.raises(ValueError, match=r"30s, 15m or 1h30m|empty"):
         parse_duration(text)
 
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from support.ticks import JM, NS, PM, RM, Tick, budget, digest, evidence, key, spec, target
-from support.workloads import daemonset, deployment, pod
-
 from imagerefresh.models import Phase
 from imagerefresh.planner import NamespacePolicy, PatchPurpose, Unresolved
+
+from support.ticks import JM, NS, PM, RM, Tick, budget, digest, evidence, key, spec, target
+from support.workloads import daemonset, deployment, pod
 
 D1, D2, D3 = digest(1), digest(2), digest(3)
 ALLOW_ALL = NamespacePolicy(frozenset({(NS, "*")}))
@@ -96,7 +96,8 @@ def test_live_digest_equal_to_desired_is_current_and_an_idle_tick_changes_nothin
     before = tick.status
     second = tick.run({key("jobs-manager"): evidence(work, digests={"api": D1})})
     assert second.status == before  # the shell writes nothing on an idle tick
-    assert second.events == () and second.patches == ()
+    assert second.events == ()
+    assert second.patches == ()
 
 
 def test_tag_is_adopted_without_a_patch_when_every_pod_runs_the_desired_digest() -> None:
@@ -420,7 +421,7 @@ def test_someone_elses_change_during_our_refresh_drops_it() -> None:
     tick, _ = _refreshing_tick()
     edited = deployment("jobs-manager", {"api": f"{JM_REPO}@{D3}"}, generation=3)
     plan = tick.run({key("jobs-manager"): evidence(edited, digests={"api": D3})})
-    assert [e.reason for e in plan.events][0] == "RefreshSuperseded"
+    assert next(e.reason for e in plan.events) == "RefreshSuperseded"
     status = tick.target("jobs-manager")
     assert (status.pending, status.refresh_attempts, status.phase) == (None, 0, Phase.CURRENT)
 

@@ -23,6 +23,7 @@ from imagerefresh.registry import (
     RegistryTimeout,
     RegistryUnreachable,
 )
+
 from support.hub_front import HubFront
 from support.registry_env import ImagePusher, free_port
 

@@ -7,8 +7,6 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from support.workloads import Json
-
 from imagerefresh.models import PolicySpec, PolicyStatus
 from imagerefresh.planner import (
     NamespacePolicy,
@@ -24,6 +22,8 @@ from imagerefresh.planner import (
     plan_tick,
 )
 from imagerefresh.ratelimit import BudgetSnapshot, RateLimitReport
+
+from support.workloads import Json
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 NS = "tracebloc"
