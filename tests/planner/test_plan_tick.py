@@ -595,3 +595,21 @@ def test_registry_budgets_are_reported_in_status() -> None:
         76,
         21600,
     )
+
+
+def test_a_refresh_also_pins_containers_still_on_an_adopted_tag_in_the_same_patch() -> None:
+    tick = Tick(two_container_spec())
+    work = jobs_manager(f"{JM_REPO}@{D1}", PM)
+    pods = [pod("p", {"api": f"{JM_REPO}@{D1}", "pods-monitor-container": f"{PM}@{D3}"})]
+    plan = tick.run(
+        {
+            key("jobs-manager"): evidence(
+                work, pods, digests={"api": D2, "pods-monitor-container": D3}
+            )
+        }
+    )
+    (patch,) = plan.patches
+    assert {c.container: c.image for c in patch.changes} == {
+        "api": f"{JM_REPO}@{D2}",
+        "pods-monitor-container": f"tracebloc/pods-monitor@{D3}",
+    }

@@ -368,7 +368,7 @@ class _Decision:
         if self.ctx.spec.dry_run:
             return self._finish(Phase.DRIFTED, f"dry run, would patch {plan}{note}")
         changes = []
-        for name, digest in sorted(drifted.items()):
+        for name, digest in sorted({**self._adopted_tags(workload), **drifted}.items()):
             live = workload.containers[name]
             image = parse(live.image).pinned(digest).familiar
             changes.append(ImageChange(name, live.json_path, expected=live.image, image=image))
@@ -383,6 +383,20 @@ class _Decision:
         )
         self._event("Normal", reasons.REFRESHING, f"patching {self.key}: {plan}")
         return self._finish(Phase.REFRESHING, f"refreshing {plan}{note}")
+
+    def _adopted_tags(self, workload: Workload) -> dict[str, str]:
+        """Containers still on a tag whose pods already run the desired digest.
+
+        They need no rollout of their own, but the workload rolls anyway: pinning them in the
+        same patch is free and keeps a rescheduled pod from pulling whatever the tag is by then.
+        """
+        adopted = {}
+        for container in self.target.containers:
+            desired = self._desired(container)
+            live = parse(workload.containers[container.name].image)
+            if desired is not None and live.digest is None:
+                adopted[container.name] = desired
+        return adopted
 
     def _live_digest(self, workload: Workload, name: str) -> str | None:
         live = parse(workload.containers[name].image)

@@ -1,0 +1,229 @@
+"""Properties of plan_tick over random evidence: the guarantees no table can enumerate."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from imagerefresh.models import PendingRefresh, Phase, PolicyStatus, TargetStatus
+from imagerefresh.planner import (
+    PatchPurpose,
+    Plan,
+    PolicyView,
+    Resolved,
+    TargetEvidence,
+    TickInput,
+    Unresolved,
+    plan_tick,
+)
+from imagerefresh.reference import parse
+
+from support.ticks import NS, T0, budget, digest, evidence, key, spec
+from support.workloads import deployment, pod
+
+REPOS = ["tracebloc/jobs-manager", "tracebloc/pods-monitor", "127.0.0.1:5000/team/app"]
+DIGESTS = [digest(n) for n in range(3)]
+NAMES = ["api", "sidecar"]
+WORKLOADS = ["jobs-manager", "requests-proxy", "resource-monitor"]
+DOWN = Unresolved("Unreachable", "registry down")
+
+
+@st.composite
+def scenario(draw: st.DrawFn) -> tuple[TickInput, dict[str, Any]]:
+    names = draw(st.lists(st.sampled_from(WORKLOADS), min_size=1, max_size=3, unique=True))
+    targets, evidences, statuses, facts = [], {}, [], {"errors": set(), "unresolved": set()}
+    max_attempts = draw(st.integers(1, 3))
+    for name in names:
+        containers = draw(st.lists(st.sampled_from(NAMES), min_size=1, max_size=2, unique=True))
+        tracked = {c: draw(st.sampled_from(REPOS)) for c in containers}
+        targets.append(
+            {
+                "kind": "Deployment",
+                "name": name,
+                "containers": [{"name": c, "image": f"{tracked[c]}:prod"} for c in containers],
+            }
+        )
+        target_key = key(name)
+        shape = draw(st.sampled_from(["present", "present", "present", "missing", "error"]))
+        if shape == "error":
+            facts["errors"].add(name)
+            evidences[target_key] = evidence(None, error="forbidden")
+            continue
+        if shape == "missing":
+            evidences[target_key] = evidence(None)
+            continue
+        live = {}
+        for c in containers:
+            repo = draw(st.sampled_from([tracked[c], tracked[c], REPOS[0]]))
+            live[c] = draw(
+                st.sampled_from([f"{repo}:prod", f"{repo}@{draw(st.sampled_from(DIGESTS))}"])
+            )
+        replicas = draw(st.integers(0, 3))
+        state = draw(st.sampled_from(["settled", "settled", "progressing", "failed"]))
+        fields: dict[str, Any] = {"replicas": replicas, "generation": 5}
+        if state == "progressing":
+            fields["available"] = 0
+            fields["updated"] = replicas
+        if state == "failed":
+            fields["conditions"] = [{"type": "Progressing", "reason": "ProgressDeadlineExceeded"}]
+        work = deployment(name, live, namespace=NS, **fields)
+        pods = [
+            pod(
+                f"{name}-{i}",
+                {
+                    c: draw(st.sampled_from([None, *(f"{REPOS[0]}@{d}" for d in DIGESTS)]))
+                    for c in containers
+                },
+            )
+            for i in range(replicas)
+        ]
+        digests = {}
+        for c in containers:
+            outcome = draw(st.sampled_from([*DIGESTS, DOWN]))
+            if outcome is DOWN:
+                facts["unresolved"].add((name, c))
+            digests[c] = outcome
+        evidences[target_key] = evidence(work, pods, digests)
+        attempts = draw(st.integers(0, 4))
+        pending = None
+        # A pending refresh is only ever started below the ceiling (reachable states only).
+        if attempts < max_attempts and draw(st.booleans()):
+            pending = PendingRefresh(
+                images={c: live[c] for c in containers},
+                previous={c: f"{tracked[c]}:old" for c in containers},
+                started_at=T0 - timedelta(minutes=draw(st.integers(0, 30))),
+                generation=5,
+            )
+        statuses.append(
+            TargetStatus(
+                kind="Deployment",
+                namespace=NS,
+                name=name,
+                phase=Phase.CURRENT,
+                refresh_attempts=attempts,
+                skip_streak=draw(st.integers(0, 9)),
+                pending=pending,
+            )
+        )
+    policy_spec = spec(
+        *targets,
+        maxRefreshAttempts=max_attempts,
+        dryRun=draw(st.booleans()) and draw(st.booleans()),
+    )
+    reset = draw(st.sampled_from([None, None, "r1"]))
+    facts["reset"] = reset is not None
+    view = PolicyView(NS, "p", 1, policy_spec, PolicyStatus(targets=tuple(statuses)), reset)
+    hub = ("registry-1.docker.io", "anonymous")
+    budgets = {hub: budget("registry-1.docker.io", draw(st.integers(0, 20)))}
+    return TickInput(view, evidences, budgets, T0), facts
+
+
+SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@SETTINGS
+@given(scenario())
+def test_no_action_ever_changes_a_repository(case: tuple[TickInput, dict[str, Any]]) -> None:
+    plan = plan_tick(case[0])
+    for patch in plan.patches:
+        for change in patch.changes:
+            assert parse(change.image).repository == parse(change.expected).repository
+
+
+@SETTINGS
+@given(scenario())
+def test_no_patch_is_planned_on_unreadable_evidence(case: tuple[TickInput, dict[str, Any]]) -> None:
+    tick, facts = case
+    plan = plan_tick(tick)
+    for patch in plan.patches:
+        assert patch.target.name not in facts["errors"]
+        if patch.purpose is PatchPurpose.REFRESH:
+            for change in patch.changes:
+                assert (patch.target.name, change.container) not in facts["unresolved"]
+
+
+@SETTINGS
+@given(scenario())
+def test_a_locked_target_gets_no_refresh_until_a_reset(
+    case: tuple[TickInput, dict[str, Any]],
+) -> None:
+    tick, facts = case
+    ceiling = tick.policy.spec.max_refresh_attempts
+    locked = {t.name for t in tick.policy.status.targets if t.refresh_attempts >= ceiling}
+    refreshed = {
+        p.target.name for p in plan_tick(tick).patches if p.purpose is PatchPurpose.REFRESH
+    }
+    if not facts["reset"]:
+        assert not locked & refreshed
+
+
+@SETTINGS
+@given(scenario())
+def test_planning_is_deterministic(case: tuple[TickInput, dict[str, Any]]) -> None:
+    assert plan_tick(case[0]) == plan_tick(case[0])
+
+
+@SETTINGS
+@given(scenario())
+def test_ready_is_never_claimed_while_a_target_is_not_current(
+    case: tuple[TickInput, dict[str, Any]],
+) -> None:
+    status = plan_tick(case[0]).status
+    ready = next(c for c in status.conditions if c.type == "Ready")
+    if ready.status == "True":
+        assert all(t.phase is Phase.CURRENT for t in status.targets)
+
+
+def _resolved(old: TargetEvidence, container: str) -> str | None:
+    outcome = old.digests.get(container)
+    return f"{REPOS[0]}@{outcome.digest}" if isinstance(outcome, Resolved) else None
+
+
+def _after_rollout(tick: TickInput, plan: Plan) -> TickInput:
+    """The evidence once every refresh patch was applied and its rollout completed."""
+    evidences = dict(tick.evidence)
+    for patch in plan.patches:
+        if patch.purpose is not PatchPurpose.REFRESH:
+            continue
+        old = evidences[patch.target]
+        assert old.workload is not None
+        images = {name: c.image for name, c in old.workload.containers.items()}
+        images.update({c.container: c.image for c in patch.changes})
+        replicas = old.workload.expected_pods
+        work = deployment(
+            patch.target.name,
+            images,
+            namespace=NS,
+            replicas=replicas,
+            generation=old.workload.generation + 1,
+        )
+        # The kubelet reports what it pulled: the pinned digest, or what the tag resolved to.
+        running = {c: image if "@" in image else _resolved(old, c) for c, image in images.items()}
+        pods = [pod(f"new-{i}", running) for i in range(replicas)]
+        fresh = evidence(work, pods)
+        evidences[patch.target] = TargetEvidence(
+            fresh.workload, None, fresh.pods, old.digests, old.identities
+        )
+    view = PolicyView(NS, "p", 1, tick.policy.spec, plan.status, tick.policy.reset_request)
+    return TickInput(view, evidences, tick.budgets, tick.now + timedelta(minutes=1))
+
+
+@SETTINGS
+@given(scenario())
+def test_after_a_successful_refresh_replanning_plans_nothing_for_that_target(
+    case: tuple[TickInput, dict[str, Any]],
+) -> None:
+    tick = case[0]
+    plan = plan_tick(tick)
+    refreshed = {p.target for p in plan.patches if p.purpose is PatchPurpose.REFRESH}
+    replan = plan_tick(_after_rollout(tick, plan))
+    assert not refreshed & {p.target for p in replan.patches}
+    for target in replan.status.targets:
+        if (target.kind, target.namespace, target.name) in {
+            (k.kind, k.namespace, k.name) for k in refreshed
+        }:
+            assert target.refresh_attempts == 0
+            assert target.pending is None
