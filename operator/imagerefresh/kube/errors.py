@@ -1,0 +1,199 @@
+"""Every way a Kubernetes API call can fail, as one hierarchy, translated in one place.
+
+The official client raises ``ApiException`` (with an HTTP status and a ``Status`` body),
+urllib3 errors for transport trouble, and ``ConfigException`` when it cannot be configured.
+:func:`translate` turns each into a :class:`KubeError` subclass whose message says what
+happened *and what to do*, so callers handle API trouble by kind, never by status code.
+
+``KubeError``
+  ├─ ``NotFound``            — 404
+  ├─ ``Forbidden``           — 401/403: names the verb and resource to grant (RBAC)
+  ├─ ``PreconditionFailed``  — a JSON Patch ``test`` op failed: the object changed since read
+  ├─ ``ResourceConflict``    — 409: a stale ``resourceVersion`` on an update
+  └─ ``KubeUnavailable``     — no usable answer: connection refused, timeouts, 429, 5xx
+
+How a failed ``test`` op is recognised: the API server applies a JSON Patch and, when that
+fails for any reason (a ``test`` whose value differs, a path that no longer exists), answers
+422 ``Invalid`` with the fixed message "the server rejected our request due to an error in our
+request" and *no* causes — the JSON Patch library's own message is dropped
+(``NewGenericServerResponse`` in k8s.io/apiserver's patch handler). A 422 from validating the
+patched object always carries ``details.causes``. So a cause-less 422 means "the document no
+longer matches the patch": nothing was changed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import urllib3
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config import ConfigException
+
+__all__ = [
+    "Forbidden",
+    "KubeError",
+    "KubeUnavailable",
+    "NotFound",
+    "PreconditionFailed",
+    "ResourceConflict",
+    "translate",
+]
+
+_MAX_DETAIL = 300
+_GENERIC_422 = "the server rejected our request due to an error in our request"
+# "deployments.apps "x" is forbidden: User "…" cannot patch resource "deployments" in API group
+# "apps" in the namespace "ns"" (the group and namespace parts are absent for core/cluster ones).
+_FORBIDDEN = re.compile(
+    r'User "(?P<user>[^"]*)" cannot (?P<verb>\S+) resource "(?P<resource>[^"]+)"'
+    r'(?: in API group "(?P<group>[^"]*)")?(?: in the namespace "(?P<namespace>[^"]+)")?'
+)
+
+
+class KubeError(Exception):
+    """A Kubernetes API call failed; the message says what happened and what to do."""
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+    @property
+    def reason(self) -> str:
+        """A CamelCase reason for conditions and events."""
+        return type(self).__name__
+
+
+class NotFound(KubeError):
+    """The object (or its namespace) does not exist."""
+
+
+class Forbidden(KubeError):
+    """RBAC (403) or authentication (401) refused the call: grant it, or fix the credentials."""
+
+
+class PreconditionFailed(KubeError):
+    """A JSON Patch ``test`` op failed: the object changed since we read it; nothing changed."""
+
+
+class ResourceConflict(KubeError):
+    """An update carried a stale ``resourceVersion`` (409): read again and retry."""
+
+
+class KubeUnavailable(KubeError):
+    """No usable answer from the API server; worth retrying later."""
+
+
+def translate(error: Exception, *, what: str) -> KubeError:
+    """The :class:`KubeError` for ``error``, raised while doing ``what`` ("get Deployment ns/x")."""
+    if isinstance(error, KubeError):
+        return error
+    if isinstance(error, ApiException):
+        return _from_api_exception(error, what)
+    if isinstance(error, urllib3.exceptions.HTTPError | ConnectionError | TimeoutError):
+        return KubeUnavailable(
+            f"{what}: the Kubernetes API server could not be reached "
+            f"({_short(type(error).__name__ + ': ' + str(error))}); check that it is up and "
+            "that the operator's network path to it works; retried next tick"
+        )
+    if isinstance(error, ConfigException):
+        return KubeError(
+            f"{what}: no usable Kubernetes client configuration ({_short(str(error))}); run "
+            "in a pod with a ServiceAccount, or set KUBECONFIG to a valid kubeconfig"
+        )
+    return KubeError(
+        f"{what}: unexpected {type(error).__name__} from the Kubernetes client "
+        f"({_short(str(error))}); this is a bug if it persists, please report it"
+    )
+
+
+def _from_api_exception(error: ApiException, what: str) -> KubeError:
+    status: int | None = error.status or None
+    body = _status_body(error)
+    message = str(body.get("message") or error.reason or "no message")
+    detail = _short(message)
+    if status is None:  # status 0: TLS failure or a request the client could not send
+        return KubeUnavailable(
+            f"{what}: no answer from the Kubernetes API server ({detail}); check its address "
+            "and the CA in the kubeconfig; retried next tick"
+        )
+    if status == 401:
+        return Forbidden(
+            f"{what}: the API server did not accept the operator's credentials (401: {detail}); "
+            "check the ServiceAccount token or the kubeconfig's user",
+            status=status,
+        )
+    if status == 403:
+        return Forbidden(f"{what}: forbidden ({detail}); {_grant(message, what)}", status=status)
+    if status == 404:
+        return NotFound(
+            f"{what}: not found ({detail}); create it or correct the name/namespace",
+            status=status,
+        )
+    if status == 409 and body.get("reason") != "AlreadyExists":
+        return ResourceConflict(
+            f"{what}: the object changed since it was read (409: {detail}); read it again and "
+            "retry (the next tick does)",
+            status=status,
+        )
+    if status == 422 and _is_patch_application_failure(body, message):
+        return PreconditionFailed(
+            f"{what}: the JSON Patch preconditions no longer hold (a `test` op failed: the "
+            "object changed since it was read); nothing was changed; read it again and retry "
+            "(the next tick does)",
+            status=status,
+        )
+    if status == 429 or status >= 500:
+        return KubeUnavailable(
+            f"{what}: the Kubernetes API server answered {status} ({detail}); it is "
+            "overloaded or failing; retried next tick",
+            status=status,
+        )
+    return KubeError(
+        f"{what}: the Kubernetes API server rejected the request ({status}: {detail}); "
+        "fix the object or the request it names",
+        status=status,
+    )
+
+
+def _status_body(error: ApiException) -> dict[str, Any]:
+    """The ``Status`` object of an error answer, or {} when the body is not one."""
+    raw = error.body
+    if isinstance(raw, bytes):
+        raw = raw.decode(errors="replace")
+    if not isinstance(raw, str) or not raw:
+        return {}
+    try:
+        parsed = json.loads(raw)
+    except ValueError:
+        return {}
+    return parsed if isinstance(parsed, dict) else {}
+
+
+def _is_patch_application_failure(body: dict[str, Any], message: str) -> bool:
+    details = body.get("details") or {}
+    if details.get("causes"):
+        return False  # the patched object failed validation: not a precondition
+    lowered = message.lower()
+    # The fixed message of a 422 from NewGenericServerResponse (see the module docstring), or
+    # an API server that passes the JSON Patch library's own "testing value … failed" on.
+    return lowered == _GENERIC_422 or ("test" in lowered and "failed" in lowered)
+
+
+def _grant(message: str, what: str) -> str:
+    match = _FORBIDDEN.search(message)
+    if match is None:
+        return f"grant the operator's ServiceAccount the RBAC rights to {what}"
+    resource = match["resource"]
+    if match["group"]:
+        resource = f"{resource}.{match['group']}"
+    scope = f"in namespace {match['namespace']}" if match["namespace"] else "cluster-wide"
+    return (
+        f"grant {match['verb']} on {resource} {scope} to the operator's ServiceAccount "
+        f"({match['user']}) with a Role/RoleBinding"
+    )
+
+
+def _short(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= _MAX_DETAIL else text[: _MAX_DETAIL - 1] + "…"
