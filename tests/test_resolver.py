@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from imagerefresh.credentials import Credentials
 from imagerefresh.reference import parse
 from imagerefresh.registry import ManifestNotFound, RegistryClient, Resolution
-from imagerefresh.resolver import ResolutionKey, resolve_all
+from imagerefresh.resolver import ResolutionKey, SharedResolver, resolve_all
 
 from support.hub_front import HubFront
 from support.registry_env import ImagePusher
@@ -68,3 +70,33 @@ def test_a_key_is_the_tracked_reference_so_an_implicit_latest_matches_an_explici
     assert ResolutionKey.of(parse("nginx")) == ResolutionKey.of(
         parse("docker.io/library/nginx:latest")
     )
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_policies_ticking_within_the_window_share_one_request_and_join_in_flight_ones(
+    hub_front: HubFront, pusher: ImagePusher
+) -> None:
+    pusher.push("window/app", "prod", seed="w")
+    key = ResolutionKey.of(parse(f"{hub_front.host}/window/app:prod"))
+    clock = Clock()
+    async with RegistryClient(insecure_registries=[hub_front.host]) as client:
+        shared = SharedResolver(client, window=10, clock=clock)
+        hub_front.delay_seconds = 0.2
+        # Two policies ask at the same moment: the second joins the first's request.
+        first, second = await asyncio.gather(shared.resolve([key]), shared.resolve([key]))
+        assert first[key] == second[key]
+        clock.now = 9.9
+        await shared.resolve([key])
+        heads = [r for r in hub_front.served if r.method == "HEAD" and r.status == 200]
+        assert len(heads) == 1
+        clock.now = 10.1  # the window has passed: the registry is asked again
+        await shared.resolve([key])
+        heads = [r for r in hub_front.served if r.method == "HEAD" and r.status == 200]
+        assert len(heads) == 2

@@ -1,18 +1,22 @@
 """The ``imagerefresh`` command line.
 
-``resolve`` asks a registry for a tag's digest exactly as the operator does, so an SRE can see
-what a tick would pin and what the registry says about the pull budget, without a cluster.
+``run`` starts the operator; ``plan`` shows what its next tick would do, changing nothing;
+``reset`` clears a lock; ``resolve`` asks a registry for a tag's digest exactly as the operator
+does, so an SRE can see what a tick would pin and what the registry says about the pull budget.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import click
+import kopf
 
 from imagerefresh.credentials import (
     Credentials,
@@ -20,9 +24,20 @@ from imagerefresh.credentials import (
     credentials_for,
     parse_docker_config,
 )
+from imagerefresh.handlers import Runtime, build_registry
+from imagerefresh.kube.api import KubeApi
+from imagerefresh.kube.errors import KubeError
 from imagerefresh.logs import LogFormat, configure_logging
+from imagerefresh.metrics import Metrics
+from imagerefresh.planner import NamespacePolicy, Plan
+from imagerefresh.ratelimit import RateLimitLedger
 from imagerefresh.reference import InvalidReference, parse
 from imagerefresh.registry import RegistryClient, RegistryError, Resolution
+from imagerefresh.resolver import SharedResolver
+from imagerefresh.runtime.config import OperatorConfig, parse_namespace_pairs
+from imagerefresh.runtime.gather import RESET_ANNOTATION, Gathered
+from imagerefresh.runtime.render import render_plan
+from imagerefresh.runtime.ticker import PolicyTicker
 
 __all__ = ["main"]
 
@@ -140,3 +155,169 @@ def resolve(
     else:
         click.echo(resolution.digest)
         click.echo(_ratelimit_line(resolution), err=True)
+
+
+def _target(value: str) -> tuple[str, str]:
+    namespace, sep, name = value.partition("/")
+    if not sep or not namespace or not name:
+        raise click.BadParameter(f"{value!r}: write NAMESPACE/NAME")
+    return namespace, name
+
+
+def _runtime_parts(
+    kubeconfig: str | None,
+    insecure_registries: list[str],
+    config: OperatorConfig,
+    metrics: Metrics,
+) -> PolicyTicker:
+    ledger = RateLimitLedger()
+    client = RegistryClient(
+        insecure_registries=insecure_registries,
+        ledger=ledger,
+        timeout=config.registry_timeout,
+        observer=metrics.registry_request,
+    )
+    resolver = SharedResolver(
+        client,
+        window=config.resolution_window,
+        concurrency_per_registry=config.concurrency_per_registry,
+    )
+    api = KubeApi.from_environment(kubeconfig)
+    return PolicyTicker(api=api, resolver=resolver, ledger=ledger, config=config, metrics=metrics)
+
+
+kubeconfig_option = click.option(
+    "--kubeconfig", envvar="KUBECONFIG", help="Kubeconfig (default: in-cluster, or $KUBECONFIG)."
+)
+allow_option = click.option(
+    "--allow-namespace-pair",
+    "namespace_pairs",
+    multiple=True,
+    metavar="POLICY_NS=TARGET_NS",
+    help="Let policies in POLICY_NS target workloads in TARGET_NS ('*' for any). Repeatable.",
+)
+
+
+@main.command()
+@click.option("--namespace", "namespaces", multiple=True, help="Watch this namespace (repeat).")
+@click.option("--all-namespaces", is_flag=True, help="Watch every namespace.")
+@click.option("--liveness-port", default=8080, show_default=True, help="Serves /healthz.")
+@click.option("--metrics-port", default=9090, show_default=True, help="Serves /metrics.")
+@click.option("--bind-address", default="0.0.0.0", show_default=True)
+@insecure_registry_option
+@allow_option
+@click.option(
+    "--resolution-window",
+    default=10.0,
+    show_default=True,
+    help="Seconds a registry answer is shared across policies.",
+)
+@click.option(
+    "--peering",
+    "peering_name",
+    default="imagerefresh",
+    show_default=True,
+    help="kopf peering name: only one replica acts.",
+)
+@click.option("--standalone", is_flag=True, help="No peering (a single replica).")
+@click.option("--priority", default=0, show_default=True, help="Peering priority (distinct).")
+@kubeconfig_option
+def run(
+    namespaces: tuple[str, ...],
+    all_namespaces: bool,
+    liveness_port: int,
+    metrics_port: int,
+    bind_address: str,
+    insecure_registries: list[str],
+    namespace_pairs: tuple[str, ...],
+    resolution_window: float,
+    peering_name: str | None,
+    standalone: bool,
+    priority: int,
+    kubeconfig: str | None,
+) -> None:
+    """Run the operator."""
+    if not namespaces and not all_namespaces:
+        raise click.UsageError("give --namespace NS (repeatable) or --all-namespaces")
+    if logging.getLogger().level > logging.INFO:
+        configure_logging("INFO", "auto")
+    # kopf reports every raw-event handler call at INFO; our own tick line says what matters.
+    logging.getLogger("kopf.objects").setLevel(max(logging.WARNING, logging.getLogger().level))
+    try:
+        pairs = parse_namespace_pairs(namespace_pairs)
+    except ValueError as error:
+        raise click.UsageError(str(error)) from error
+    config = OperatorConfig(
+        insecure_registries=tuple(insecure_registries),
+        namespaces=NamespacePolicy(pairs),
+        resolution_window=resolution_window,
+    )
+    metrics = Metrics()
+    metrics.serve(metrics_port, bind_address)
+    runtime = Runtime(ticker=_runtime_parts(kubeconfig, insecure_registries, config, metrics))
+    asyncio.run(
+        kopf.operator(
+            registry=build_registry(),
+            memo=runtime,
+            clusterwide=all_namespaces,
+            namespaces=namespaces,
+            standalone=standalone,
+            priority=priority,
+            peering_name=None if standalone else peering_name,
+            liveness_endpoint=f"http://{bind_address}:{liveness_port}/healthz",
+        )
+    )
+
+
+@main.command()
+@click.argument("policy", metavar="NAMESPACE/NAME")
+@insecure_registry_option
+@allow_option
+@kubeconfig_option
+def plan(
+    policy: str,
+    insecure_registries: list[str],
+    namespace_pairs: tuple[str, ...],
+    kubeconfig: str | None,
+) -> None:
+    """Print what the next tick would do for each target and container. Changes nothing."""
+    namespace, name = _target(policy)
+    config = OperatorConfig(
+        insecure_registries=tuple(insecure_registries),
+        namespaces=NamespacePolicy(parse_namespace_pairs(namespace_pairs)),
+        resolution_window=0,
+    )
+    ticker = _runtime_parts(kubeconfig, insecure_registries, config, Metrics())
+
+    async def compute() -> tuple[Gathered, Plan] | None:
+        try:
+            return await ticker.plan(namespace, name)
+        finally:
+            await ticker.resolver.client.aclose()
+
+    try:
+        result = asyncio.run(compute())
+    except KubeError as error:
+        raise click.ClickException(str(error)) from error
+    if result is None:
+        raise click.ClickException(f"no ImageRefreshPolicy {namespace}/{name}")
+    click.echo(render_plan(*result))
+
+
+@main.command()
+@click.argument("policy", metavar="NAMESPACE/NAME")
+@kubeconfig_option
+def reset(policy: str, kubeconfig: str | None) -> None:
+    """Clear every target's refresh attempts and Locked (sets the reset annotation)."""
+    namespace, name = _target(policy)
+    value = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    try:
+        KubeApi.from_environment(kubeconfig).annotate_policy(
+            namespace, name, RESET_ANNOTATION, value
+        )
+    except KubeError as error:
+        raise click.ClickException(str(error)) from error
+    click.echo(
+        f"reset requested for {namespace}/{name} ({RESET_ANNOTATION}={value}); "
+        "the operator honours it on its next tick, which it starts at once"
+    )

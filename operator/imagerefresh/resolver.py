@@ -1,9 +1,10 @@
 """Resolve many tracked references at once: one registry request per unique reference.
 
 Every container in every policy that tracks the same reference with the same credentials shares
-one resolution per tick (SPEC §4.2). :func:`resolve_all` takes the (reference, credentials)
-pairs a tick needs, collapses duplicates, and asks the registries concurrently — bounded per
-registry host so that a policy with many targets never bursts one registry. Failures are values
+one resolution per tick (SPEC §4.2). :class:`SharedResolver` collapses duplicates, asks the
+registries concurrently — bounded per registry host so that many targets never burst one
+registry — and remembers each answer for a short window, so that all policies ticking within
+that window share it (and an in-flight request is joined, never repeated). Failures are values
 in the result, not exceptions: one unreadable reference blocks only the containers that needed
 it.
 """
@@ -11,16 +12,25 @@ it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from imagerefresh.credentials import Credentials
-from imagerefresh.reference import ImageReference
-from imagerefresh.registry import RegistryClient, RegistryError, Resolution, registry_host
+from imagerefresh.reference import ImageReference, registry_host
+from imagerefresh.registry import RegistryClient, RegistryError, Resolution
 
-__all__ = ["DEFAULT_CONCURRENCY_PER_REGISTRY", "ResolutionKey", "resolve_all"]
+__all__ = [
+    "DEFAULT_CONCURRENCY_PER_REGISTRY",
+    "ResolutionKey",
+    "ResolutionOutcome",
+    "SharedResolver",
+    "resolve_all",
+]
 
 DEFAULT_CONCURRENCY_PER_REGISTRY = 4
+
+ResolutionOutcome = Resolution | RegistryError
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,24 +45,63 @@ class ResolutionKey:
         return cls(reference.tracked(), credentials)
 
 
+class SharedResolver:
+    """Resolutions shared across callers for ``window`` seconds, with bounded concurrency."""
+
+    def __init__(
+        self,
+        client: RegistryClient,
+        *,
+        window: float = 0.0,
+        concurrency_per_registry: int = DEFAULT_CONCURRENCY_PER_REGISTRY,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.client = client
+        self.window = window
+        self.concurrency_per_registry = concurrency_per_registry
+        self.clock = clock
+        self._gates: dict[str, asyncio.Semaphore] = {}
+        self._recent: dict[ResolutionKey, tuple[float, asyncio.Task[ResolutionOutcome]]] = {}
+
+    async def _ask(self, key: ResolutionKey) -> ResolutionOutcome:
+        host = registry_host(key.reference.domain)
+        gate = self._gates.setdefault(host, asyncio.Semaphore(self.concurrency_per_registry))
+        async with gate:
+            try:
+                return await self.client.resolve(key.reference, key.credentials)
+            except RegistryError as error:
+                return error
+
+    def _task(self, key: ResolutionKey, now: float) -> asyncio.Task[ResolutionOutcome]:
+        recent = self._recent.get(key)
+        if recent is not None and (not recent[1].done() or now - recent[0] < self.window):
+            return recent[1]
+        task = asyncio.ensure_future(self._ask(key))
+        self._recent[key] = (now, task)
+        return task
+
+    async def resolve(
+        self, keys: Iterable[ResolutionKey]
+    ) -> dict[ResolutionKey, ResolutionOutcome]:
+        """Resolve each unique key once: the resolution, or the error that blocked it."""
+        now = self.clock()
+        self._forget_before(now - self.window)
+        unique = list(dict.fromkeys(ResolutionKey.of(k.reference, k.credentials) for k in keys))
+        tasks = [self._task(key, now) for key in unique]
+        results = await asyncio.gather(*tasks)
+        return dict(zip(unique, results, strict=True))
+
+    def _forget_before(self, cutoff: float) -> None:
+        for key in [k for k, (at, task) in self._recent.items() if task.done() and at < cutoff]:
+            del self._recent[key]
+
+
 async def resolve_all(
     client: RegistryClient,
     keys: Iterable[ResolutionKey],
     *,
     concurrency_per_registry: int = DEFAULT_CONCURRENCY_PER_REGISTRY,
-) -> dict[ResolutionKey, Resolution | RegistryError]:
-    """Resolve each unique key once; the value is the resolution or the error that blocked it."""
-    unique = list(dict.fromkeys(ResolutionKey.of(key.reference, key.credentials) for key in keys))
-    gates: dict[str, asyncio.Semaphore] = {}
-
-    async def one(key: ResolutionKey) -> Resolution | RegistryError:
-        host = registry_host(key.reference.domain)
-        gate = gates.setdefault(host, asyncio.Semaphore(concurrency_per_registry))
-        async with gate:
-            try:
-                return await client.resolve(key.reference, key.credentials)
-            except RegistryError as error:
-                return error
-
-    results = await asyncio.gather(*(one(key) for key in unique))
-    return dict(zip(unique, results, strict=True))
+) -> dict[ResolutionKey, ResolutionOutcome]:
+    """One-shot: resolve each unique key once, nothing remembered afterwards."""
+    shared = SharedResolver(client, concurrency_per_registry=concurrency_per_registry)
+    return await shared.resolve(keys)

@@ -19,7 +19,7 @@ from imagerefresh.planner.evidence import (
     Workload,
     running_digest,
 )
-from imagerefresh.planner.tick import plan_tick
+from imagerefresh.planner.tick import plan_tick, revise_target
 
 __all__ = [
     "DigestOutcome",
@@ -39,5 +39,6 @@ __all__ = [
     "Unresolved",
     "Workload",
     "plan_tick",
+    "revise_target",
     "running_digest",
 ]

@@ -9,8 +9,16 @@ patches, posts the events and writes the status only if it differs from the one 
 from __future__ import annotations
 
 from collections import Counter
+from datetime import datetime
 
-from imagerefresh.models import Phase, PolicyStatus, RegistryStatus, TargetStatus
+from imagerefresh.models import (
+    Condition,
+    ConditionType,
+    Phase,
+    PolicyStatus,
+    RegistryStatus,
+    TargetStatus,
+)
 from imagerefresh.planner import reasons
 from imagerefresh.planner.actions import Event, Plan
 from imagerefresh.planner.conditions import (
@@ -19,11 +27,11 @@ from imagerefresh.planner.conditions import (
     derive_conditions,
     worst_phase,
 )
-from imagerefresh.planner.evidence import TargetEvidence, TargetKey, TickInput
+from imagerefresh.planner.evidence import PolicyView, TargetEvidence, TargetKey, TickInput
 from imagerefresh.planner.target import TargetContext, TargetOutcome, plan_target
 from imagerefresh.ratelimit import BudgetSnapshot
 
-__all__ = ["plan_tick"]
+__all__ = ["plan_tick", "revise_target"]
 
 _NOT_READ = TargetEvidence(error="the workload was not read this tick")
 
@@ -49,6 +57,47 @@ def _registries(budgets: dict[tuple[str, str], BudgetSnapshot]) -> tuple[Registr
 
 def _key(status: TargetStatus) -> TargetKey:
     return TargetKey(status.kind, status.namespace, status.name)
+
+
+def _summary(
+    policy: PolicyView, targets: tuple[TargetStatus, ...], conditions: tuple[Condition, ...]
+) -> PolicyStatus:
+    refreshed = [t.last_refresh for t in targets if t.last_refresh is not None]
+    return policy.status.model_copy(
+        update={
+            "observed_generation": policy.generation,
+            "phase": worst_phase(targets) if targets else Phase.CURRENT,
+            "target_count": len(targets),
+            "last_refresh": max(refreshed, default=None),
+            "conditions": conditions,
+            "targets": targets,
+        }
+    )
+
+
+def revise_target(
+    policy: PolicyView, status: PolicyStatus, target: TargetStatus, now: datetime
+) -> PolicyStatus:
+    """``status`` with one target replaced, and the summary and conditions derived again.
+
+    For the shell, when the world disagreed with the plan (a guarded patch was refused).
+    """
+    targets = tuple(target if _key(t) == _key(target) else t for t in status.targets)
+    flags = TickFlags(
+        degraded=_flagged(status, ConditionType.DEGRADED),
+        rate_limited=_flagged(status, ConditionType.RATE_LIMITED),
+    )
+    conditions = derive_conditions(
+        targets, policy.spec, flags, status.conditions, policy.generation, now
+    )
+    return _summary(policy, targets, conditions).model_copy(
+        update={"registries": status.registries, "last_reset": status.last_reset}
+    )
+
+
+def _flagged(status: PolicyStatus, kind: ConditionType) -> tuple[str, ...]:
+    condition = next((c for c in status.conditions if c.type == kind), None)
+    return (condition.message,) if condition is not None and condition.status == "True" else ()
 
 
 def plan_tick(tick: TickInput) -> Plan:
@@ -84,16 +133,11 @@ def plan_tick(tick: TickInput) -> Plan:
     for _, outcome in outcomes:
         events += outcome.events
     events += condition_events(before.conditions, conditions)
-    refreshed = [t.last_refresh for t in targets if t.last_refresh is not None]
-    status = PolicyStatus(
-        observed_generation=policy.generation,
-        phase=worst_phase(targets) if targets else Phase.CURRENT,
-        target_count=len(targets),
-        last_refresh=max(refreshed, default=None),
-        conditions=conditions,
-        targets=targets,
-        registries=_registries(dict(tick.budgets)),
-        last_reset=policy.reset_request if reset else before.last_reset,
+    status = _summary(policy, targets, conditions).model_copy(
+        update={
+            "registries": _registries(dict(tick.budgets)),
+            "last_reset": policy.reset_request if reset else before.last_reset,
+        }
     )
     return Plan(
         patches=tuple(o.patch for _, o in outcomes if o.patch is not None),

@@ -1,0 +1,1 @@
+"""The imperative shell around the planner: gather evidence, apply plans, tick policies."""

@@ -1,0 +1,40 @@
+"""The operator's own configuration: what it watches, what it may reach, how it talks.
+
+It comes from ``imagerefresh run``'s options (the chart renders them); everything a policy may
+not decide for itself lives here — which registries are plain HTTP and which namespace pairs a
+policy may cross (the confused-deputy guard).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from imagerefresh.planner import NamespacePolicy
+
+__all__ = ["OperatorConfig", "parse_namespace_pairs"]
+
+
+def parse_namespace_pairs(values: tuple[str, ...] | list[str]) -> frozenset[tuple[str, str]]:
+    """``POLICY_NS=TARGET_NS`` pairs (``*`` for any) from the command line."""
+    pairs = set()
+    for value in values:
+        source, sep, target = value.partition("=")
+        if not sep or not source or not target:
+            raise ValueError(
+                f"invalid namespace pair {value!r}: write POLICY_NAMESPACE=TARGET_NAMESPACE"
+            )
+        pairs.add((source.strip(), target.strip()))
+    return frozenset(pairs)
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorConfig:
+    insecure_registries: tuple[str, ...] = ()
+    namespaces: NamespacePolicy = field(default_factory=NamespacePolicy)
+    # Policies ticking within this many seconds of each other share one registry request
+    # per unique reference and credentials.
+    resolution_window: float = 10.0
+    registry_timeout: float = 10.0
+    concurrency_per_registry: int = 4
+    # Kubernetes reads of one tick run on this many threads (the official client is sync).
+    kube_concurrency: int = 16

@@ -1,0 +1,44 @@
+"""Plain-text rendering of a plan, for ``imagerefresh plan``."""
+
+from __future__ import annotations
+
+from imagerefresh.models import Phase
+from imagerefresh.planner import Plan
+from imagerefresh.runtime.gather import Gathered
+
+__all__ = ["render_plan"]
+
+
+def _short(value: str | None) -> str:
+    if not value:
+        return "-"
+    name, at, digest = value.partition("@")
+    return f"{name}@{digest[:19]}…" if at else value
+
+
+def render_plan(gathered: Gathered, plan: Plan) -> str:
+    """A table of target, container, live, desired and action, then each target's message."""
+    changes = {
+        (str(patch.target), change.container): f"{patch.purpose} → {_short(change.image)}"
+        for patch in plan.patches
+        for change in patch.changes
+    }
+    rows = [("TARGET", "CONTAINER", "LIVE", "DESIRED", "ACTION")]
+    notes = []
+    for target in plan.status.targets:
+        label = f"{target.kind} {target.namespace}/{target.name}"
+        idle = "none" if target.phase is Phase.CURRENT else str(target.phase)
+        for container in target.containers or ():
+            action = changes.get((label, container.name), idle)
+            desired = container.desired[:19] + "…" if container.desired else "unknown"
+            rows.append((label, container.name, _short(container.live), desired, action))
+        if not target.containers:
+            rows.append((label, "-", "-", "-", str(target.phase)))
+        notes.append(f"{label}: {target.phase}: {target.message}")
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    table = "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows
+    )
+    policy = gathered.tick.policy
+    header = f"ImageRefreshPolicy {policy.namespace}/{policy.name} (nothing was changed)"
+    return "\n".join([header, "", table, "", *notes])

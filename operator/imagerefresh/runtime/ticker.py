@@ -1,0 +1,126 @@
+"""One tick of one policy, end to end: read, gather, plan, apply, record.
+
+:class:`PolicyTicker` holds what lives as long as the operator — the Kubernetes API facade,
+the shared resolver (one registry request per unique reference across every policy ticking in
+the same window), the rate-limit ledger, the metrics — and runs a policy's tick on demand.
+The handlers decide *when*; this module decides nothing itself (that is the planner's job).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import structlog
+from pydantic import ValidationError
+
+from imagerefresh.kube.api import KubeApi
+from imagerefresh.metrics import Metrics
+from imagerefresh.planner import PatchPurpose, Plan, plan_tick
+from imagerefresh.ratelimit import RateLimitLedger
+from imagerefresh.resolver import SharedResolver
+from imagerefresh.runtime.apply import Applied, apply_plan
+from imagerefresh.runtime.config import OperatorConfig
+from imagerefresh.runtime.gather import Gathered, gather
+
+__all__ = ["PolicyTicker", "TickOutcome"]
+
+log = structlog.get_logger(__name__)
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC).replace(microsecond=0)
+
+
+@dataclass(frozen=True)
+class TickOutcome:
+    plan: Plan
+    applied: Applied | None  # None for a dry planning pass (imagerefresh plan)
+
+
+class PolicyTicker:
+    def __init__(
+        self,
+        *,
+        api: KubeApi,
+        resolver: SharedResolver,
+        ledger: RateLimitLedger,
+        config: OperatorConfig,
+        metrics: Metrics,
+        clock: Callable[[], datetime] = _utcnow,
+    ) -> None:
+        self.api, self.resolver, self.ledger = api, resolver, ledger
+        self.config, self.metrics, self.clock = config, metrics, clock
+
+    async def _gather(self, policy: dict[str, object], now: datetime) -> Gathered:
+        return await gather(
+            policy,
+            api=self.api,
+            resolver=self.resolver,
+            ledger=self.ledger,
+            config=self.config,
+            now=now,
+        )
+
+    async def plan(self, namespace: str, name: str) -> tuple[Gathered, Plan] | None:
+        """What the next tick would do, with no writes (None when the policy is gone)."""
+        policy = await asyncio.to_thread(self.api.read_policy, namespace, name)
+        if policy is None:
+            return None
+        gathered = await self._gather(policy, self.clock())
+        return gathered, plan_tick(gathered.tick)
+
+    async def tick(self, namespace: str, name: str) -> TickOutcome | None:
+        """Run one tick of the policy; None when it no longer exists."""
+        started = time.monotonic()
+        outcome = "error"
+        try:
+            policy = await asyncio.to_thread(self.api.read_policy, namespace, name)
+            if policy is None:
+                outcome = "gone"
+                return None
+            now = self.clock()
+            try:
+                gathered = await self._gather(policy, now)
+            except ValidationError as error:
+                outcome = "invalid"
+                log.error(
+                    "policy spec is invalid; fix it", policy=f"{namespace}/{name}", error=str(error)
+                )
+                return None
+            plan = plan_tick(gathered.tick)
+            applied = await apply_plan(plan, policy, gathered, self.api, now)
+            self._record(namespace, name, gathered, applied)
+            outcome = "ok"
+            return TickOutcome(plan, applied)
+        finally:
+            self.metrics.tick_duration.labels(namespace, name).observe(time.monotonic() - started)
+            self.metrics.ticks.labels(namespace, name, outcome).inc()
+            self.metrics.last_tick.labels(namespace, name).set(time.time())
+
+    def _record(self, namespace: str, name: str, gathered: Gathered, applied: Applied) -> None:
+        spec = gathered.tick.policy.spec
+        self.metrics.record_status(namespace, name, spec, applied.status)
+        for patch in applied.patched:
+            kind = "started" if patch.purpose is PatchPurpose.REFRESH else "rolled_back"
+            self.metrics.refreshes.labels(namespace, name, kind).inc()
+        if applied.refused:
+            self.metrics.refreshes.labels(namespace, name, "refused").inc(len(applied.refused))
+        for event in applied.events:
+            if event.reason in ("Refreshed", "RefreshFailed"):
+                result = "succeeded" if event.reason == "Refreshed" else "failed"
+                self.metrics.refreshes.labels(namespace, name, result).inc()
+        if applied.status_written:
+            self.metrics.status_writes.labels(namespace, name).inc()
+        log.info(
+            "tick",
+            policy=f"{namespace}/{name}",
+            phase=str(applied.status.phase),
+            patched=[str(p.target) for p in applied.patched],
+            refused=[str(p.target) for p in applied.refused],
+            events=[e.reason for e in applied.events],
+            status_written=applied.status_written,
+        )
