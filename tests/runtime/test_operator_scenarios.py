@@ -1,0 +1,556 @@
+"""The operator, run as `imagerefresh run`, against the local cluster and the real registry.
+
+Each test is one scenario of SPEC §4 observed from outside: what the API server stores (pod
+template images, ReplicaSets, status, events) and what the registry received.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from support.cluster_env import Cluster, eventually
+from support.operator_env import Operator, kwok_pod_template
+from support.registry_env import ImagePusher
+
+pytestmark = pytest.mark.cluster
+
+
+def deployment(
+    name: str,
+    containers: dict[str, str],
+    *,
+    replicas: int = 2,
+    annotations: dict[str, str] | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": kwok_pod_template(containers, annotations, {"app": name}),
+            **spec,
+        },
+    }
+
+
+def policy(name: str, *targets: dict[str, Any], **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "images.tracebloc.io/v1alpha1",
+        "kind": "ImageRefreshPolicy",
+        "metadata": {"name": name},
+        "spec": {"targets": list(targets), **spec},
+    }
+
+
+def target(name: str, kind: str = "Deployment", **containers: str) -> dict[str, Any]:
+    return {
+        "kind": kind,
+        "name": name,
+        "containers": [{"name": n, "image": i} for n, i in containers.items()],
+    }
+
+
+def images(cluster: Cluster, namespace: str, name: str) -> dict[str, str]:
+    obj = cluster.get("deployment", name, "-n", namespace)
+    return {c["name"]: c["image"] for c in obj["spec"]["template"]["spec"]["containers"]}
+
+
+def status(cluster: Cluster, namespace: str, name: str = "control-plane") -> dict[str, Any]:
+    return cluster.get("irp", name, "-n", namespace).get("status") or {}
+
+
+def target_status(cluster: Cluster, namespace: str, workload: str) -> dict[str, Any]:
+    return next(t for t in status(cluster, namespace)["targets"] if t["name"] == workload)
+
+
+def condition(cluster: Cluster, namespace: str, kind: str) -> dict[str, Any]:
+    return next(c for c in status(cluster, namespace)["conditions"] if c["type"] == kind)
+
+
+def event_reasons(cluster: Cluster, namespace: str, involved: str) -> list[str]:
+    events = cluster.get(
+        "events", "-n", namespace, "--field-selector", f"involvedObject.name={involved}"
+    )
+    return [e["reason"] for e in events["items"]]
+
+
+def settle(
+    operator: Operator,
+    cluster: Cluster,
+    namespace: str,
+    workload: str,
+    phase: str = "Current",
+    timeout: float = 60,
+) -> dict[str, Any]:
+    """Tick until the target reaches ``phase`` (a rollout takes a few ticks to be judged)."""
+
+    def reached() -> dict[str, Any] | None:
+        operator.tick(namespace, "control-plane")
+        found = target_status(cluster, namespace, workload)
+        return found if found["phase"] == phase else None
+
+    return eventually(reached, timeout=timeout, what=f"{workload} to become {phase}", interval=0.5)
+
+
+def test_a_new_digest_is_pinned_into_both_containers_in_one_rollout_and_settles(
+    operator: Operator,
+    cluster: Cluster,
+    pusher: ImagePusher,
+    policy_namespace: str,
+) -> None:
+    ns, reg = policy_namespace, operator.registry
+    api_v1 = pusher.push(f"{ns}/jobs-manager", "prod", seed="api-1", kind="oci-index")
+    mon_v1 = pusher.push(f"{ns}/pods-monitor", "prod", seed="mon-1")
+    api_image, mon_image = f"{reg}/{ns}/jobs-manager:prod", f"{reg}/{ns}/pods-monitor:prod"
+    cluster.apply(
+        deployment(
+            "jobs-manager",
+            {
+                "api": f"{reg}/{ns}/jobs-manager@{api_v1.digest}",
+                "pods-monitor": f"{reg}/{ns}/pods-monitor@{mon_v1.digest}",
+            },
+        ),
+        namespace=ns,
+    )
+    cluster.kubectl("rollout", "status", "-n", ns, "deployment/jobs-manager", "--timeout=60s")
+    cluster.apply(
+        policy(
+            "control-plane", target("jobs-manager", api=api_image, **{"pods-monitor": mon_image})
+        ),
+        namespace=ns,
+    )
+    operator.wait_first_tick(ns, "control-plane")
+    settle(operator, cluster, ns, "jobs-manager")
+    revisions_before = len(cluster.get("rs", "-n", ns)["items"])
+
+    api_v2 = pusher.push(f"{ns}/jobs-manager", "prod", seed="api-2", kind="oci-index")
+    mon_v2 = pusher.push(f"{ns}/pods-monitor", "prod", seed="mon-2")
+    operator.tick(ns, "control-plane")
+    assert images(cluster, ns, "jobs-manager") == {
+        "api": f"{reg}/{ns}/jobs-manager@{api_v2.digest}",
+        "pods-monitor": f"{reg}/{ns}/pods-monitor@{mon_v2.digest}",
+    }
+    assert target_status(cluster, ns, "jobs-manager")["phase"] == "Refreshing"
+    final = settle(operator, cluster, ns, "jobs-manager")
+    # One patch rolled both containers together: exactly one new ReplicaSet.
+    assert len(cluster.get("rs", "-n", ns)["items"]) == revisions_before + 1
+    assert final["refreshAttempts"] == 0
+    assert final["lastGood"] == {
+        "api": f"{reg}/{ns}/jobs-manager@{api_v2.digest}",
+        "pods-monitor": f"{reg}/{ns}/pods-monitor@{mon_v2.digest}",
+    }
+    assert {c["name"]: c["running"] for c in final["containers"]} == {
+        "api": [api_v2.digest],
+        "pods-monitor": [mon_v2.digest],
+    }
+    assert condition(cluster, ns, "Ready")["status"] == "True"
+    reasons = event_reasons(cluster, ns, "jobs-manager")
+    assert "Refreshing" in reasons
+    assert "Refreshed" in reasons
+
+
+def test_a_second_workload_on_the_same_tag_costs_no_second_registry_request(
+    operator: Operator,
+    cluster: Cluster,
+    pusher: ImagePusher,
+    policy_namespace: str,
+) -> None:
+    ns, front = policy_namespace, operator.front
+    assert front is not None
+    front.served.clear()
+    pusher.push(f"{ns}/jobs-manager", "prod", seed="shared")
+    tracked = f"{front.host}/{ns}/jobs-manager:prod"
+    for name in ("jobs-manager", "requests-proxy"):
+        cluster.apply(deployment(name, {"api": tracked}, replicas=1), namespace=ns)
+    cluster.apply(
+        policy(
+            "control-plane",
+            target("jobs-manager", api=tracked),
+            target("requests-proxy", api=tracked),
+        ),
+        namespace=ns,
+    )
+    operator.wait_first_tick(ns, "control-plane")
+    heads = [r for r in front.served if r.method == "HEAD" and r.status == 200]
+    assert len(heads) == 1
+    assert front.counts()[("manifest", "GET")] == 0
+    assert all(p["phase"] == "Refreshing" for p in status(cluster, ns)["targets"])
+
+
+def test_pods_already_running_the_desired_digest_are_adopted_without_a_patch(
+    operator: Operator,
+    cluster: Cluster,
+    pusher: ImagePusher,
+    policy_namespace: str,
+) -> None:
+    ns, reg = policy_namespace, operator.registry
+    pushed = pusher.push(f"{ns}/app", "prod", seed="adopt")
+    tag = f"{reg}/{ns}/app:prod"
+    cluster.apply(
+        deployment(
+            "app",
+            {"app": tag},
+            annotations={"imagerefresh.test/image-id.app": f"{reg}/{ns}/app@{pushed.digest}"},
+        ),
+        namespace=ns,
+    )
+    cluster.kubectl("rollout", "status", "-n", ns, "deployment/app", "--timeout=60s")
+    generation = cluster.get("deployment", "app", "-n", ns)["metadata"]["generation"]
+    cluster.apply(policy("control-plane", target("app", app=tag)), namespace=ns)
+    operator.wait_first_tick(ns, "control-plane")
+    found = settle(operator, cluster, ns, "app")
+    assert images(cluster, ns, "app") == {"app": tag}
+    assert cluster.get("deployment", "app", "-n", ns)["metadata"]["generation"] == generation
+    assert found["containers"][0]["running"] == [pushed.digest]
+
+
+def test_a_swapped_repository_is_a_conflict_and_never_patched(
+    operator: Operator,
+    cluster: Cluster,
+    pusher: ImagePusher,
+    policy_namespace: str,
+) -> None:
+    ns, reg = policy_namespace, operator.registry
+    pusher.push(f"{ns}/app", "prod", seed="c")
+    cluster.apply(deployment("app", {"app": f"{reg}/{ns}/other:prod"}, replicas=1), namespace=ns)
+    cluster.apply(
+        policy(
+            "control-plane",
+            target("app", app=f"{reg}/{ns}/app:prod"),
+            target("gone", app=f"{reg}/{ns}/app:prod"),
+        ),
+        namespace=ns,
+    )
+    operator.wait_first_tick(ns, "control-plane")
+    operator.tick(ns, "control-plane")
+    assert images(cluster, ns, "app") == {"app": f"{reg}/{ns}/other:prod"}
+    assert target_status(cluster, ns, "app")["phase"] == "Conflict"
+    assert target_status(cluster, ns, "gone")["phase"] == "Missing"
+    assert "Conflict" in event_reasons(cluster, ns, "app")
+    assert "WorkloadMissing" in event_reasons(cluster, ns, "control-plane")
+
+
+def test_an_unreachable_registry_is_degraded_with_nothing_patched_and_nothing_counted(
+    operator: Operator,
+    cluster: Cluster,
+    policy_namespace: str,
+) -> None:
+    ns = policy_namespace
+    dead = "127.0.0.1:1"  # nothing listens on port 1
+    cluster.apply(deployment("app", {"app": f"{dead}/team/app:prod"}, replicas=1), namespace=ns)
+    cluster.apply(policy("control-plane", target("app", app=f"{dead}/team/app:prod")), namespace=ns)
+    operator.wait_first_tick(ns, "control-plane")
+    for _ in range(3):
+        operator.tick(ns, "control-plane")
+    found = target_status(cluster, ns, "app")
+    assert (found["phase"], found.get("skipStreak", 0), found.get("refreshAttempts", 0)) == (
+        "Error",
+        0,
+        0,
+    )
+    assert "cannot reach 127.0.0.1:1" in found["message"]
+    assert condition(cluster, ns, "Degraded")["status"] == "True"
+    assert images(cluster, ns, "app") == {"app": f"{dead}/team/app:prod"}
+
+
+def test_dry_run_reports_the_plan_and_patches_nothing(
+    operator: Operator,
+    cluster: Cluster,
+    pusher: ImagePusher,
+    policy_namespace: str,
+) -> None:
+    ns, reg = policy_namespace, operator.registry
+    pusher.push(f"{ns}/app", "prod", seed="dry")
+    tag = f"{reg}/{ns}/app:prod"
+    cluster.apply(deployment("app", {"app": tag}, replicas=1), namespace=ns)
+    cluster.apply(policy("control-plane", target("app", app=tag), dryRun=True), namespace=ns)
+    operator.wait_first_tick(ns, "control-plane")
+    operator.tick(ns, "control-plane")
+    found = target_status(cluster, ns, "app")
+    assert found["phase"] == "Drifted"
+    assert "would patch app" in found["message"]
+    assert images(cluster, ns, "app") == {"app": tag}
+
+
+def _apiserver_requests(cluster: Cluster, resource: str, subresource: str, verb: str) -> float:
+    text = cluster.kubectl("get", "--raw", "/metrics").stdout
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith("apiserver_request_total{"):
+            continue
+        if (
+            f'resource="{resource}"' in line
+            and f'subresource="{subresource}"' in line
+            and f'verb="{verb}"' in line
+        ):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def test_idle_ticks_make_no_api_writes(
+    operator: Operator,
+    cluster: Cluster,
+    pusher: ImagePusher,
+    policy_namespace: str,
+) -> None:
+    ns, reg = policy_namespace, operator.registry
+    pushed = pusher.push(f"{ns}/app", "prod", seed="idle")
+    cluster.apply(
+        deployment("app", {"app": f"{reg}/{ns}/app@{pushed.digest}"}, replicas=1), namespace=ns
+    )
+    cluster.apply(policy("control-plane", target("app", app=f"{reg}/{ns}/app:prod")), namespace=ns)
+    operator.wait_first_tick(ns, "control-plane")
+    settle(operator, cluster, ns, "app")
+    operator.tick(ns, "control-plane")
+    writes = {
+        "status": _apiserver_requests(cluster, "imagerefreshpolicies", "status", "UPDATE"),
+        "workloads": _apiserver_requests(cluster, "deployments", "", "PATCH"),
+        "ours": operator.metric("imagerefresh_status_writes_total", namespace=ns),
+    }
+    for _ in range(3):
+        operator.tick(ns, "control-plane")
+    assert writes == {
+        "status": _apiserver_requests(cluster, "imagerefreshpolicies", "status", "UPDATE"),
+        "workloads": _apiserver_requests(cluster, "deployments", "", "PATCH"),
+        "ours": operator.metric("imagerefresh_status_writes_total", namespace=ns),
+    }
+
+
+def test_a_never_ready_target_freezes_while_the_others_refresh_and_thaws_when_it_settles(
+    operator: Operator,
+    cluster: Cluster,
+    pusher: ImagePusher,
+    policy_namespace: str,
+) -> None:
+    ns, reg = policy_namespace, operator.registry
+    pusher.push(f"{ns}/app", "prod", seed="f1")
+    tag = f"{reg}/{ns}/app:prod"
+    cluster.apply(
+        deployment(
+            "stuck", {"app": tag}, replicas=1, annotations={"imagerefresh.test/never-ready": "true"}
+        ),
+        deployment("healthy", {"app": tag}, replicas=1),
+        namespace=ns,
+    )
+    cluster.apply(
+        policy(
+            "control-plane", target("stuck", app=tag), target("healthy", app=tag), maxSkipTicks=2
+        ),
+        namespace=ns,
+    )
+    operator.wait_first_tick(ns, "control-plane")
+    operator.tick(ns, "control-plane")
+    assert target_status(cluster, ns, "stuck")["phase"] == "Frozen"
+    assert condition(cluster, ns, "Frozen")["status"] == "True"
+    assert "Frozen" in event_reasons(cluster, ns, "stuck")
+    labels = {"namespace": ns, "policy": "control-plane", "target": f"{ns}/stuck"}
+    assert operator.metric("imagerefresh_target_frozen", **labels) == 1
+    # The healthy target of the same policy was refreshed all the same.
+    assert "@sha256:" in images(cluster, ns, "healthy")["app"]
+    assert images(cluster, ns, "stuck") == {"app": tag}
+    cluster.kubectl(
+        "patch",
+        "deployment",
+        "stuck",
+        "-n",
+        ns,
+        "--type=json",
+        "-p",
+        '[{"op": "remove", "path": "/spec/template/metadata/annotations"}]',
+    )
+    cluster.kubectl("rollout", "status", "-n", ns, "deployment/stuck", "--timeout=60s")
+    settle(operator, cluster, ns, "stuck", phase="Refreshing")
+    assert target_status(cluster, ns, "stuck")["skipStreak"] == 0
+    assert condition(cluster, ns, "Frozen")["status"] == "False"
+    assert operator.metric("imagerefresh_target_frozen", **labels) == 0
+
+
+def test_a_refresh_that_never_becomes_ready_is_rolled_back_counted_and_locked_until_reset(
+    operator: Operator,
+    cluster: Cluster,
+    pusher: ImagePusher,
+    policy_namespace: str,
+) -> None:
+    ns, reg = policy_namespace, operator.registry
+    bad = pusher.push(f"{ns}/app", "prod", seed="bad")
+    good = pusher.push(f"{ns}/app", "prod", seed="good")
+    pinned_good = f"{reg}/{ns}/app@{good.digest}"
+    cluster.apply(
+        deployment(
+            "app",
+            {"app": pinned_good},
+            replicas=1,
+            progressDeadlineSeconds=2,
+            annotations={"imagerefresh.test/never-ready-image": bad.digest},
+        ),
+        namespace=ns,
+    )
+    cluster.kubectl("rollout", "status", "-n", ns, "deployment/app", "--timeout=60s")
+    cluster.apply(
+        policy("control-plane", target("app", app=f"{reg}/{ns}/app:prod"), maxRefreshAttempts=2),
+        namespace=ns,
+    )
+    operator.wait_first_tick(ns, "control-plane")
+    assert pusher.push(f"{ns}/app", "prod", seed="bad").digest == bad.digest  # tag → bad
+    locked = settle(operator, cluster, ns, "app", phase="Locked", timeout=120)
+    assert locked["refreshAttempts"] == 2
+    assert "imagerefresh reset" in locked["message"]
+    assert condition(cluster, ns, "Locked")["status"] == "True"
+    reasons = event_reasons(cluster, ns, "app")
+    assert reasons.count("RefreshFailed") >= 2
+    assert "RollingBack" in reasons
+    assert "Locked" in reasons
+    # Rolled back to the images the refresh replaced.
+    eventually(
+        lambda: images(cluster, ns, "app") == {"app": pinned_good},
+        timeout=30,
+        what="the rollback to the good digest",
+    )
+    for _ in range(2):
+        operator.tick(ns, "control-plane")
+        assert images(cluster, ns, "app") == {"app": pinned_good}  # no re-imaging while Locked
+
+    reset = subprocess_run("reset", f"{ns}/control-plane", cluster=cluster)
+    assert "reset requested" in reset.stdout
+    operator.tick(ns, "control-plane")
+    after = target_status(cluster, ns, "app")
+    assert after["refreshAttempts"] == 0
+    assert after["phase"] == "Refreshing"
+    assert status(cluster, ns)["lastReset"]
+    assert "Reset" in event_reasons(cluster, ns, "control-plane")
+
+
+def subprocess_run(*args: str, cluster: Cluster) -> Any:
+    script = Path(sys.executable).with_name("imagerefresh")
+    result = subprocess.run(
+        [str(script), *args], capture_output=True, text=True, env=cluster.env, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    return result
+
+
+def test_an_operator_killed_mid_rollout_resumes_from_status_without_a_second_patch(
+    operator: Operator,
+    cluster: Cluster,
+    pusher: ImagePusher,
+    policy_namespace: str,
+) -> None:
+    ns, reg = policy_namespace, operator.registry
+    first = pusher.push(f"{ns}/app", "prod", seed="k1")
+    cluster.apply(
+        deployment("app", {"app": f"{reg}/{ns}/app@{first.digest}"}, replicas=2), namespace=ns
+    )
+    cluster.kubectl("rollout", "status", "-n", ns, "deployment/app", "--timeout=60s")
+    cluster.apply(policy("control-plane", target("app", app=f"{reg}/{ns}/app:prod")), namespace=ns)
+    operator.wait_first_tick(ns, "control-plane")
+    second = pusher.push(f"{ns}/app", "prod", seed="k2")
+    operator.tick(ns, "control-plane")
+    pending = target_status(cluster, ns, "app")["pending"]
+    assert pending["images"] == {"app": f"{reg}/{ns}/app@{second.digest}"}
+    generation = cluster.get("deployment", "app", "-n", ns)["metadata"]["generation"]
+    operator.kill()
+    operator.start()
+    final = settle(operator, cluster, ns, "app")
+    assert final["refreshAttempts"] == 0
+    assert final["lastGood"] == {"app": f"{reg}/{ns}/app@{second.digest}"}
+    assert cluster.get("deployment", "app", "-n", ns)["metadata"]["generation"] == generation
+
+
+def test_a_refresh_that_would_eat_into_the_pull_reserve_is_deferred(
+    operator: Operator,
+    cluster: Cluster,
+    pusher: ImagePusher,
+    policy_namespace: str,
+) -> None:
+    ns, front = policy_namespace, operator.front
+    assert front is not None
+    pusher.push(f"{ns}/app", "prod", seed="budget")
+    front.remaining, front.limit = 3, 100
+    front._remaining_by_identity.clear()
+    tag = f"{front.host}/{ns}/app:prod"
+    cluster.apply(deployment("app", {"app": tag}, replicas=2), namespace=ns)
+    cluster.apply(
+        policy("control-plane", target("app", app=tag), pullBudget={"reserve": 2}), namespace=ns
+    )
+    operator.wait_first_tick(ns, "control-plane")
+    found = target_status(cluster, ns, "app")
+    assert found["phase"] == "Deferred"
+    assert "3 pulls left" in found["message"]
+    assert condition(cluster, ns, "RateLimited")["status"] == "True"
+    assert images(cluster, ns, "app") == {"app": tag}
+    (budget,) = status(cluster, ns)["registries"]
+    assert (budget["limit"], budget["remaining"]) == (100, 3)
+    front.remaining = 100
+    front._remaining_by_identity.clear()
+    operator.tick(ns, "control-plane")
+    assert target_status(cluster, ns, "app")["phase"] == "Refreshing"
+    assert condition(cluster, ns, "RateLimited")["status"] == "False"
+
+
+def test_plan_prints_what_the_next_tick_would_do_and_changes_nothing(
+    operator: Operator,
+    cluster: Cluster,
+    pusher: ImagePusher,
+    policy_namespace: str,
+) -> None:
+    ns, reg = policy_namespace, operator.registry
+    pushed = pusher.push(f"{ns}/app", "prod", seed="plan")
+    tag = f"{reg}/{ns}/app:prod"
+    cluster.apply(deployment("app", {"app": tag}, replicas=1), namespace=ns)
+    cluster.apply(policy("control-plane", target("app", app=tag), suspend=True), namespace=ns)
+    operator.wait_first_tick(ns, "control-plane")
+    operator.stop()  # from here on only `plan` could act
+    patch = '{"spec": {"suspend": false}}'
+    cluster.kubectl("patch", "irp", "control-plane", "-n", ns, "--type=merge", "-p", patch)
+    before = cluster.get("irp", "control-plane", "-n", ns)["metadata"]["resourceVersion"]
+    result = subprocess_run(
+        "plan", f"{ns}/control-plane", "--insecure-registry", reg, cluster=cluster
+    )
+    assert "nothing was changed" in result.stdout
+    row = next(line for line in result.stdout.splitlines() if line.startswith("Deployment"))
+    assert f"refresh → {reg}/{ns}/app@{pushed.digest[:19]}" in row
+    assert images(cluster, ns, "app") == {"app": tag}
+    assert cluster.get("irp", "control-plane", "-n", ns)["metadata"]["resourceVersion"] == before
+    operator.start()
+
+
+def test_a_cross_namespace_target_is_refused_unless_the_operator_allows_the_pair(
+    operator: Operator,
+    cluster: Cluster,
+    pusher: ImagePusher,
+    policy_namespace: str,
+) -> None:
+    ns, reg = policy_namespace, operator.registry
+    agents = f"{ns[:50]}-agents"
+    cluster.kubectl("create", "namespace", agents)
+    try:
+        pusher.push(f"{ns}/agent", "prod", seed="x")
+        tag = f"{reg}/{ns}/agent:prod"
+        cluster.apply(deployment("resource-monitor", {"agent": tag}, replicas=1), namespace=agents)
+        remote = {**target("resource-monitor", agent=tag), "namespace": agents}
+        cluster.apply(policy("control-plane", remote), namespace=ns)
+        operator.wait_first_tick(ns, "control-plane")
+        refused = target_status(cluster, ns, "resource-monitor")
+        assert refused["phase"] == "Conflict"
+        assert "allow-list" in refused["message"]
+        assert images(cluster, agents, "resource-monitor") == {"agent": tag}
+
+        operator.stop()
+        operator.extra_args = ("--allow-namespace-pair", f"{ns}={agents}")
+        operator.start()
+        operator.tick(ns, "control-plane")
+        assert target_status(cluster, ns, "resource-monitor")["phase"] == "Refreshing"
+        assert "@sha256:" in images(cluster, agents, "resource-monitor")["agent"]
+    finally:
+        operator.stop()
+        operator.extra_args = ()
+        operator.start()
+        cluster.kubectl("delete", "namespace", agents, "--wait=false", check=False)

@@ -1,0 +1,210 @@
+"""The operator under test, as its real entry point: ``imagerefresh run`` in a subprocess.
+
+One operator per test module watches every namespace matching ``irp-*`` (the
+``policy_namespace`` fixture makes such namespaces), with the test registry on its insecure
+list. Tests never sleep through an interval: :meth:`Operator.tick` bumps the policy's
+``images.tracebloc.io/refresh-now`` annotation, which wakes that policy's daemon, and waits
+until the operator's own tick counter (its Prometheus metrics) has moved past it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from support.cluster_env import Cluster
+from support.hub_front import HubFront
+from support.registry_env import free_port
+
+__all__ = ["Operator"]
+
+CRD = Path(__file__).resolve().parents[2] / "crds" / "imagerefreshpolicies.images.tracebloc.io.yaml"
+IMAGEREFRESH = Path(sys.executable).with_name("imagerefresh")
+REFRESH_NOW = "images.tracebloc.io/refresh-now"
+
+
+@dataclass
+class Operator:
+    cluster: Cluster
+    registry: str
+    metrics_port: int
+    log_path: Path
+    front: HubFront | None = None  # a Docker-Hub-like front before the registry
+    process: subprocess.Popen[bytes] | None = None
+    extra_args: tuple[str, ...] = ()
+    _bumps: int = field(default=0)
+
+    def start(self) -> None:
+        log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            [
+                str(IMAGEREFRESH),
+                "--log-level",
+                "INFO",
+                "--log-format",
+                "json",
+                "run",
+                "--namespace",
+                "irp-*",
+                "--standalone",
+                "--metrics-port",
+                str(self.metrics_port),
+                "--liveness-port",
+                str(free_port()),
+                "--bind-address",
+                "127.0.0.1",
+                "--insecure-registry",
+                self.registry,
+                "--resolution-window",
+                "0",
+                *self._front_args(),
+                *self.extra_args,
+            ],
+            stdout=log,
+            stderr=log,
+            env=self.cluster.env,
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"imagerefresh run exited; log:\n{self.log()[-3000:]}")
+            try:
+                httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=1)
+                return
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        raise RuntimeError("imagerefresh run did not serve metrics")
+
+    def _front_args(self) -> tuple[str, ...]:
+        return ("--insecure-registry", self.front.host) if self.front is not None else ()
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+
+    def kill(self) -> None:
+        """SIGKILL: no graceful shutdown, as a crashed or evicted pod."""
+        assert self.process is not None
+        self.process.kill()
+        self.process.wait(5)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def metric(self, name: str, **labels: str) -> float:
+        text = httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5).text
+        total = 0.0
+        for line in text.splitlines():
+            if not line.startswith(name + "{") and line.split(" ")[0] != name:
+                continue
+            found = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}")[0]))
+            if all(found.get(k) == v for k, v in labels.items()):
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+
+    def ticks(self, namespace: str, policy: str) -> float:
+        return self.metric("imagerefresh_ticks_total", namespace=namespace, policy=policy)
+
+    def tick(self, namespace: str, policy: str, timeout: float = 30) -> None:
+        """Wake the policy's daemon and wait until one whole tick has run after the wake-up."""
+        before = self.ticks(namespace, policy)
+        self._bumps += 1
+        self.cluster.kubectl(
+            "annotate",
+            "--overwrite",
+            "-n",
+            namespace,
+            "irp",
+            policy,
+            f"{REFRESH_NOW}={self._bumps}-{secrets.token_hex(3)}",
+        )
+        deadline = time.monotonic() + timeout
+        # A tick in flight when we bumped may finish first: wait for two, or one started after.
+        while self.ticks(namespace, policy) < before + 1:
+            if time.monotonic() > deadline:
+                pytest.fail(
+                    f"no tick of {namespace}/{policy} within {timeout}s; log tail:\n"
+                    f"{self.log()[-3000:]}"
+                )
+            if self.process is not None and self.process.poll() is not None:
+                pytest.fail(f"imagerefresh run died; log tail:\n{self.log()[-3000:]}")
+            time.sleep(0.1)
+
+    def wait_first_tick(self, namespace: str, policy: str, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while self.ticks(namespace, policy) < 1:
+            if time.monotonic() > deadline:
+                pytest.fail(f"{namespace}/{policy} never ticked; log:\n{self.log()[-3000:]}")
+            time.sleep(0.1)
+
+
+@pytest.fixture(scope="module")
+def crd_installed(cluster: Cluster) -> Cluster:
+    cluster.kubectl("apply", "--server-side", "-f", str(CRD))
+    cluster.kubectl(
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "crd/imagerefreshpolicies.images.tracebloc.io",
+    )
+    return cluster
+
+
+@pytest.fixture(scope="module")
+def operator(
+    crd_installed: Cluster, registry: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Operator]:
+    """``imagerefresh run`` against the test cluster and registry, for one test module."""
+    log = tmp_path_factory.mktemp("operator") / "operator.log"
+    front = HubFront(registry).start()
+    running = Operator(crd_installed, registry, free_port(), log, front)
+    running.start()
+    yield running
+    running.stop()
+    front.stop()
+    if os.environ.get("IMAGEREFRESH_SHOW_OPERATOR_LOG"):
+        print(running.log())
+
+
+@pytest.fixture
+def policy_namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace the module's operator watches (irp-*)."""
+    base = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower())[:40].strip("-")
+    name = f"irp-{base}-{secrets.token_hex(2)}"
+    cluster.kubectl("create", "namespace", name)
+    yield name
+    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+def kwok_pod_template(
+    containers: dict[str, str],
+    annotations: dict[str, str] | None = None,
+    labels: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """A pod template that lands on kwok's fake nodes."""
+    return {
+        "metadata": {"labels": labels or {}, "annotations": annotations or {}},
+        "spec": {
+            "containers": [{"name": n, "image": i} for n, i in containers.items()],
+            "tolerations": [
+                {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
+            ],
+            "nodeSelector": {"type": "kwok"},
+        },
+    }
