@@ -39,8 +39,8 @@ binaries:
 	e2e/build-binaries
 
 lint: setup
-	$(BIN)/ruff check operator tests e2e/local
-	$(BIN)/ruff format --check operator tests e2e/local
+	$(BIN)/ruff check operator tests e2e e2e/local
+	$(BIN)/ruff format --check operator tests e2e e2e/local
 
 types: setup
 	$(BIN)/mypy
@@ -54,6 +54,10 @@ unit: setup
 
 test: setup binaries lint types contracts
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+# The main job, narrated: see e2e/demo.py. Uses $$KUBECONFIG when set, else the local cluster.
+demo: setup binaries
+	$(BIN)/python e2e/demo.py
 
 clean:
 	-e2e/local down
