@@ -99,15 +99,28 @@ def _ratelimit_line(resolution: Resolution) -> str:
     return f"{resolution.registry}: {report.remaining} of {report.limit} pulls left{window}{source}"
 
 
+LOG_LEVEL_ENV = "IMAGEREFRESH_LOG_LEVEL"
+LOG_FORMAT_ENV = "IMAGEREFRESH_LOG_FORMAT"
+
+
+# The log options are the group's (they precede the command), so an image whose entrypoint is
+# `imagerefresh run` takes them from the environment (the chart sets both).
 @click.group()
 @click.option(
-    "--log-level", default="WARNING", show_default=True, help="DEBUG, INFO, WARNING or ERROR."
+    "--log-level",
+    default="WARNING",
+    show_default=True,
+    envvar=LOG_LEVEL_ENV,
+    show_envvar=True,
+    help="DEBUG, INFO, WARNING or ERROR.",
 )
 @click.option(
     "--log-format",
     type=click.Choice(["auto", "json", "console"]),
     default="auto",
     show_default=True,
+    envvar=LOG_FORMAT_ENV,
+    show_envvar=True,
     help="auto: JSON unless stderr is a terminal.",
 )
 def main(log_level: str, log_format: LogFormat) -> None:
@@ -221,6 +234,14 @@ allow_option = click.option(
 )
 @click.option("--standalone", is_flag=True, help="No peering (a single replica).")
 @click.option("--priority", default=0, show_default=True, help="Peering priority (distinct).")
+@click.option(
+    "--scanning/--no-scanning",
+    default=True,
+    show_default=True,
+    help="kopf lists and watches CRDs and namespaces cluster-wide to notice new ones. "
+    "--no-scanning needs no cluster-wide RBAC for that: only exact --namespace names are "
+    "served and the CRD must exist at start-up (as the Helm chart runs it).",
+)
 @kubeconfig_option
 def run(
     namespaces: tuple[str, ...],
@@ -234,11 +255,16 @@ def run(
     peering_name: str | None,
     standalone: bool,
     priority: int,
+    scanning: bool,
     kubeconfig: str | None,
 ) -> None:
     """Run the operator."""
     if not namespaces and not all_namespaces:
         raise click.UsageError("give --namespace NS (repeatable) or --all-namespaces")
+    globs = [ns for ns in namespaces if any(c in ns for c in "*?!,")]
+    if globs and not scanning:
+        # kopf would silently drop them: without scanning it serves exact names only.
+        raise click.UsageError(f"--no-scanning serves exact namespaces only, not {globs}")
     if logging.getLogger().level > logging.INFO:
         configure_logging("INFO", "auto")
     # kopf reports every raw-event handler call at INFO; our own tick line says what matters.
@@ -255,9 +281,12 @@ def run(
     metrics = Metrics()
     metrics.serve(metrics_port, bind_address)
     runtime = Runtime(ticker=_runtime_parts(kubeconfig, insecure_registries, config, metrics))
+    settings = kopf.OperatorSettings()
+    settings.scanning.disabled = not scanning
     asyncio.run(
         kopf.operator(
             registry=build_registry(),
+            settings=settings,
             memo=runtime,
             clusterwide=all_namespaces,
             namespaces=namespaces,

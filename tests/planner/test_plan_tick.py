@@ -440,7 +440,7 @@ def test_attempts_reach_the_ceiling_then_locked_until_a_reset_honoured_once() ->
     assert reasons.count("Locked") == 1
     status = tick.target("jobs-manager")
     assert (status.phase, status.refresh_attempts) == (Phase.LOCKED, 2)
-    assert "imagerefresh reset" in status.message
+    assert "imagerefresh reset tracebloc/control-plane" in status.message
     assert tick.condition("Locked").status == "True"
     assert tick.run({key("jobs-manager"): evidence(good, digests={"api": D2})}).patches == ()
     tick.reset = "2026-11-29T13:00"

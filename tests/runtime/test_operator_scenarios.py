@@ -6,11 +6,13 @@ template images, ReplicaSets, status, events) and what the registry received.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from support.cluster_env import Cluster, eventually
@@ -554,3 +556,79 @@ def test_a_cross_namespace_target_is_refused_unless_the_operator_allows_the_pair
         operator.extra_args = ()
         operator.start()
         cluster.kubectl("delete", "namespace", agents, "--wait=false", check=False)
+
+
+def test_metrics_liveness_and_json_logs_are_served(
+    operator: Operator,
+    cluster: Cluster,
+    pusher: ImagePusher,
+    policy_namespace: str,
+) -> None:
+    ns, reg = policy_namespace, operator.registry
+    pusher.push(f"{ns}/app", "prod", seed="obs")
+    tag = f"{reg}/{ns}/app:prod"
+    cluster.apply(deployment("app", {"app": tag}, replicas=1), namespace=ns)
+    cluster.apply(policy("control-plane", target("app", app=tag)), namespace=ns)
+    operator.wait_first_tick(ns, "control-plane")
+    labels = {"namespace": ns, "policy": "control-plane"}
+    assert operator.metric("imagerefresh_refreshes_total", outcome="started", **labels) == 1
+    assert operator.metric("imagerefresh_registry_requests_total", registry=reg, kind="HEAD") >= 1
+    assert operator.metric("imagerefresh_tick_duration_seconds_count", **labels) >= 1
+    assert operator.metric("imagerefresh_last_tick_timestamp_seconds", **labels) > 0
+    target_labels = {**labels, "kind": "Deployment", "target": f"{ns}/app"}
+    for gauge in ("skip_streak", "refresh_attempts", "frozen", "locked"):
+        assert operator.metric(f"imagerefresh_target_{gauge}", **target_labels) == 0
+    health = httpx.get(f"http://127.0.0.1:{operator.liveness_port}/healthz", timeout=5)
+    assert health.status_code == 200
+    lines = [line for line in operator.log().splitlines() if line.strip()]
+    records = [json.loads(line) for line in lines]  # every line, kopf's included, is JSON
+    assert any(r.get("logger", "").startswith("kopf") for r in records)
+    tick = next(
+        r for r in records if r.get("event") == "tick" and r.get("policy") == f"{ns}/control-plane"
+    )
+    assert tick["patched"] == [f"Deployment {ns}/app"]
+
+
+def test_a_refresh_still_unsettled_at_rollout_timeout_fails_and_is_rolled_back(
+    operator: Operator,
+    cluster: Cluster,
+    pusher: ImagePusher,
+    policy_namespace: str,
+) -> None:
+    ns, reg = policy_namespace, operator.registry
+    bad = pusher.push(f"{ns}/app", "prod", seed="slow-bad")
+    good = pusher.push(f"{ns}/app", "prod", seed="slow-good")
+    pinned_good = f"{reg}/{ns}/app@{good.digest}"
+    # No progress deadline: only the policy's rolloutTimeout can end this refresh.
+    cluster.apply(
+        deployment(
+            "app",
+            {"app": pinned_good},
+            replicas=1,
+            annotations={"imagerefresh.test/never-ready-image": bad.digest},
+        ),
+        namespace=ns,
+    )
+    cluster.kubectl("rollout", "status", "-n", ns, "deployment/app", "--timeout=60s")
+    cluster.apply(
+        policy(
+            "control-plane",
+            target("app", app=f"{reg}/{ns}/app:prod"),
+            rolloutTimeout="30s",
+            maxRefreshAttempts=1,
+        ),
+        namespace=ns,
+    )
+    operator.wait_first_tick(ns, "control-plane")
+    pusher.push(f"{ns}/app", "prod", seed="slow-bad")
+    operator.tick(ns, "control-plane")
+    started = target_status(cluster, ns, "app")
+    assert started["phase"] == "Refreshing"
+    locked = settle(operator, cluster, ns, "app", phase="Locked", timeout=90)
+    assert "did not settle within rolloutTimeout 30s" in locked["message"]
+    assert locked["refreshAttempts"] == 1
+    eventually(
+        lambda: images(cluster, ns, "app") == {"app": pinned_good},
+        timeout=30,
+        what="the rollback to the images the refresh replaced",
+    )

@@ -43,9 +43,13 @@ class Operator:
     front: HubFront | None = None  # a Docker-Hub-like front before the registry
     process: subprocess.Popen[bytes] | None = None
     extra_args: tuple[str, ...] = ()
+    liveness_port: int = field(default_factory=free_port)
     _bumps: int = field(default=0)
+    _log_offset: int = field(default=0)
 
     def start(self) -> None:
+        # Each process's log starts here: a SIGKILLed predecessor may have left half a line.
+        self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(
             [
@@ -61,7 +65,7 @@ class Operator:
                 "--metrics-port",
                 str(self.metrics_port),
                 "--liveness-port",
-                str(free_port()),
+                str(self.liveness_port),
                 "--bind-address",
                 "127.0.0.1",
                 "--insecure-registry",
@@ -105,7 +109,10 @@ class Operator:
         self.process.wait(5)
 
     def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
+        """What the current process has logged."""
+        with self.log_path.open("rb") as log:
+            log.seek(self._log_offset)
+            return log.read().decode(errors="replace")
 
     def metric(self, name: str, **labels: str) -> float:
         text = httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5).text

@@ -33,6 +33,7 @@ from imagerefresh.models import (
     PolicySpec,
     TargetSpec,
     TargetStatus,
+    format_duration,
 )
 from imagerefresh.planner import reasons
 from imagerefresh.planner.actions import Event, ImageChange, ImagePatch, PatchPurpose
@@ -56,7 +57,7 @@ class TargetContext:
     """What every target of one tick shares; ``spent`` accumulates pulls planned this tick."""
 
     spec: PolicySpec
-    policy_name: str
+    policy: str  # namespace/name, for messages
     now: datetime
     budgets: Mapping[tuple[str, str], BudgetSnapshot]
     reset: bool
@@ -258,7 +259,8 @@ class _Decision:
         attempts = self.status.refresh_attempts + 1
         ceiling = self.ctx.spec.max_refresh_attempts
         why = (
-            f"it did not settle within rolloutTimeout {self.ctx.spec.rollout_timeout}"
+            "it did not settle within rolloutTimeout "
+            f"{format_duration(self.ctx.spec.rollout_timeout)}"
             if timed_out
             else workload.verdict.message
         )
@@ -299,7 +301,7 @@ class _Decision:
     def _locked_message(self, detail: str) -> str:
         return (
             f"locked after {self.status.refresh_attempts} failed refreshes ({detail}); no "
-            f"re-imaging until a reset: imagerefresh reset <namespace>/{self.ctx.policy_name}"
+            f"re-imaging until a reset: imagerefresh reset {self.ctx.policy}"
         )
 
     def _skip(self, workload: Workload) -> TargetOutcome:

@@ -104,7 +104,9 @@ def plan_tick(tick: TickInput) -> Plan:
     """Decide one tick of one policy. Pure: the same input always gives the same plan."""
     policy, spec, before = tick.policy, tick.policy.spec, tick.policy.status
     reset = policy.reset_request is not None and policy.reset_request != before.last_reset
-    ctx = TargetContext(spec, policy.name, tick.now, tick.budgets, reset, Counter())
+    ctx = TargetContext(
+        spec, f"{policy.namespace}/{policy.name}", tick.now, tick.budgets, reset, Counter()
+    )
     previous = {_key(status): status for status in before.targets}
     outcomes: list[tuple[TargetKey, TargetOutcome]] = []
     for index, target in enumerate(spec.targets):
