@@ -1,0 +1,81 @@
+"""The shell's read half: evidence the API will not give becomes Error, never Missing or a patch."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import kubernetes
+import pytest
+
+from imagerefresh.kube.api import KubeApi
+from imagerefresh.models import Phase
+from imagerefresh.planner import plan_tick
+from imagerefresh.ratelimit import RateLimitLedger
+from imagerefresh.registry import RegistryClient
+from imagerefresh.resolver import SharedResolver
+from imagerefresh.runtime.config import OperatorConfig
+from imagerefresh.runtime.gather import gather
+
+from support.cluster_env import Cluster
+from support.operator_env import kwok_pod_template
+
+pytestmark = pytest.mark.cluster
+
+
+async def test_a_workload_the_operator_may_not_read_is_error_and_degraded_never_missing(
+    crd_installed: Cluster, registry: str, policy_namespace: str
+) -> None:
+    cluster, ns = crd_installed, policy_namespace
+    tag = f"{registry}/{ns}/app:prod"
+    cluster.apply(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "app"},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": {"app": "app"}},
+                "template": kwok_pod_template({"app": tag}, labels={"app": "app"}),
+            },
+        },
+        {
+            "apiVersion": "images.tracebloc.io/v1alpha1",
+            "kind": "ImageRefreshPolicy",
+            "metadata": {"name": "control-plane"},
+            "spec": {
+                "targets": [
+                    {
+                        "kind": "Deployment",
+                        "name": "app",
+                        "containers": [{"name": "app", "image": tag}],
+                    }
+                ]
+            },
+        },
+        namespace=ns,
+    )
+    admin = KubeApi.from_environment(cluster.kubeconfig)
+    policy = admin.read_policy(ns, "control-plane")
+    assert policy is not None
+    # The default ServiceAccount may read nothing: every workload read is Forbidden.
+    client = kubernetes.config.new_client_from_config(  # type: ignore[no-untyped-call]
+        config_file=cluster.kubeconfig, persist_config=False
+    )
+    client.set_default_header("Impersonate-User", f"system:serviceaccount:{ns}:default")
+    ledger = RateLimitLedger()
+    async with RegistryClient(insecure_registries=[registry], ledger=ledger) as registry_client:
+        gathered = await gather(
+            policy,
+            api=KubeApi(client),
+            resolver=SharedResolver(registry_client),
+            ledger=ledger,
+            config=OperatorConfig(),
+            now=datetime.now(UTC),
+        )
+    plan = plan_tick(gathered.tick)
+    assert plan.patches == ()
+    (target,) = plan.status.targets
+    assert target.phase is Phase.ERROR
+    assert "forbidden" in target.message.lower()
+    degraded = next(c for c in plan.status.conditions if c.type == "Degraded")
+    assert degraded.status == "True"
