@@ -52,15 +52,9 @@ def api(cluster: Cluster) -> Iterator[KubeApi]:
 
 
 @pytest.fixture(scope="module")
-def crd(cluster: Cluster) -> Cluster:
-    cluster.kubectl("apply", "--server-side", "-f", str(CRD_PATH))
-    cluster.kubectl(
-        "wait",
-        "--for=condition=Established",
-        "--timeout=60s",
-        "crd/imagerefreshpolicies.images.tracebloc.io",
-    )
-    return cluster
+def crd(crd_installed: Cluster) -> Cluster:
+    """The project's CRD, installed once (support/operator_env.py)."""
+    return crd_installed
 
 
 def impersonating(cluster: Cluster, namespace: str, account: str) -> KubeApi:

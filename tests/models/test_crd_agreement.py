@@ -130,15 +130,9 @@ def policy_object(name: str, spec: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def crd(cluster: Cluster) -> Cluster:
-    cluster.kubectl("apply", "--server-side", "-f", str(CRD_PATH))
-    cluster.kubectl(
-        "wait",
-        "--for=condition=Established",
-        "--timeout=60s",
-        "crd/imagerefreshpolicies.images.tracebloc.io",
-    )
-    return cluster
+def crd(crd_installed: Cluster) -> Cluster:
+    """The project's CRD, installed once (support/operator_env.py)."""
+    return crd_installed
 
 
 def test_the_api_server_fills_the_models_defaults(crd: Cluster, namespace: str) -> None:

@@ -18,7 +18,7 @@ from imagerefresh.runtime.gather import gather
 from imagerefresh.runtime.ticker import PolicyTicker
 
 from support.cluster_env import Cluster
-from support.operator_env import kwok_pod_template
+from support.operator_env import deployment_with_policy
 from support.registry_env import ImagePusher
 
 pytestmark = pytest.mark.cluster
@@ -30,33 +30,7 @@ async def test_a_concurrent_edit_between_read_and_patch_is_refused_and_retried_n
     cluster, ns = crd_installed, policy_namespace
     pusher.push(f"{ns}/app", "prod", seed="race")
     tag = f"{registry}/{ns}/app:prod"
-    cluster.apply(
-        {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": {"name": "app"},
-            "spec": {
-                "replicas": 1,
-                "selector": {"matchLabels": {"app": "app"}},
-                "template": kwok_pod_template({"app": tag}, labels={"app": "app"}),
-            },
-        },
-        {
-            "apiVersion": "images.tracebloc.io/v1alpha1",
-            "kind": "ImageRefreshPolicy",
-            "metadata": {"name": "control-plane"},
-            "spec": {
-                "targets": [
-                    {
-                        "kind": "Deployment",
-                        "name": "app",
-                        "containers": [{"name": "app", "image": tag}],
-                    }
-                ]
-            },
-        },
-        namespace=ns,
-    )
+    deployment_with_policy(cluster, ns, tag)
     api = KubeApi.from_environment(cluster.kubeconfig)
     ledger = RateLimitLedger()
     client = RegistryClient(insecure_registries=[registry], ledger=ledger)

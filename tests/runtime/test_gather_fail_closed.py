@@ -17,7 +17,7 @@ from imagerefresh.runtime.config import OperatorConfig
 from imagerefresh.runtime.gather import gather
 
 from support.cluster_env import Cluster
-from support.operator_env import kwok_pod_template
+from support.operator_env import deployment_with_policy
 
 pytestmark = pytest.mark.cluster
 
@@ -27,33 +27,7 @@ async def test_a_workload_the_operator_may_not_read_is_error_and_degraded_never_
 ) -> None:
     cluster, ns = crd_installed, policy_namespace
     tag = f"{registry}/{ns}/app:prod"
-    cluster.apply(
-        {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": {"name": "app"},
-            "spec": {
-                "replicas": 1,
-                "selector": {"matchLabels": {"app": "app"}},
-                "template": kwok_pod_template({"app": tag}, labels={"app": "app"}),
-            },
-        },
-        {
-            "apiVersion": "images.tracebloc.io/v1alpha1",
-            "kind": "ImageRefreshPolicy",
-            "metadata": {"name": "control-plane"},
-            "spec": {
-                "targets": [
-                    {
-                        "kind": "Deployment",
-                        "name": "app",
-                        "containers": [{"name": "app", "image": tag}],
-                    }
-                ]
-            },
-        },
-        namespace=ns,
-    )
+    deployment_with_policy(cluster, ns, tag)
     admin = KubeApi.from_environment(cluster.kubeconfig)
     policy = admin.read_policy(ns, "control-plane")
     assert policy is not None

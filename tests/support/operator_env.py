@@ -215,3 +215,34 @@ def kwok_pod_template(
             "nodeSelector": {"type": "kwok"},
         },
     }
+
+
+def deployment_with_policy(cluster: Cluster, namespace: str, image: str) -> None:
+    """One Deployment ``app`` on ``image`` and a policy ``control-plane`` tracking it."""
+    cluster.apply(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "app"},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": {"app": "app"}},
+                "template": kwok_pod_template({"app": image}, labels={"app": "app"}),
+            },
+        },
+        {
+            "apiVersion": "images.tracebloc.io/v1alpha1",
+            "kind": "ImageRefreshPolicy",
+            "metadata": {"name": "control-plane"},
+            "spec": {
+                "targets": [
+                    {
+                        "kind": "Deployment",
+                        "name": "app",
+                        "containers": [{"name": "app", "image": image}],
+                    }
+                ]
+            },
+        },
+        namespace=namespace,
+    )
