@@ -11,7 +11,6 @@ import base64
 import json
 import socket
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import kubernetes.client
@@ -32,9 +31,6 @@ from imagerefresh.planner.evidence import ObservedPod, TargetKey, Workload
 
 from support.cluster_env import Cluster, eventually
 
-CRD_PATH = (
-    Path(__file__).resolve().parents[2] / "crds" / "imagerefreshpolicies.images.tracebloc.io.yaml"
-)
 TIMEOUT = 30.0
 
 Json = dict[str, Any]

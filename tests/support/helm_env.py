@@ -78,13 +78,14 @@ def helm(
     env: Mapping[str, str] | None = None,
     timeout: float = 120,
 ) -> HelmResult:
-    """Run helm with `values` (as a values file); never raises on a non-zero exit."""
+    """Run helm, with `values` as a values file when given; never raises on a non-zero exit."""
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
         json.dump(dict(values or {}), handle)
         values_file = handle.name
+    values_args = ["--values", values_file] if values is not None else []
     try:
         proc = subprocess.run(
-            [str(helm_binary()), *args, "--values", values_file],
+            [str(helm_binary()), *args, *values_args],
             capture_output=True,
             text=True,
             env=helm_env(env),
@@ -150,8 +151,7 @@ def of_kind(
     return [
         o
         for o in objects
-        if o["kind"] == kind
-        and (namespace is None or o["metadata"].get("namespace") == namespace)
+        if o["kind"] == kind and (namespace is None or o["metadata"].get("namespace") == namespace)
     ]
 
 
