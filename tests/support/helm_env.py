@@ -7,8 +7,10 @@ data) so nothing is read from or written to the user's.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Mapping
@@ -48,7 +50,9 @@ def helm_binary() -> Path:
 
 @cache
 def _helm_home() -> Path:
-    return Path(tempfile.mkdtemp(prefix="imagerefresh-helm-home-"))
+    home = Path(tempfile.mkdtemp(prefix="imagerefresh-helm-home-"))
+    atexit.register(shutil.rmtree, home, ignore_errors=True)
+    return home
 
 
 def helm_env(base: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -1,0 +1,243 @@
+{{/* Names ------------------------------------------------------------------------------- */}}
+
+{{- define "imagerefresh.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "imagerefresh.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "imagerefresh.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "imagerefresh.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The name of an RBAC object of this release in namespace $ns. In the release namespace it is the
+full name; elsewhere it carries the release namespace, so two releases of the same name (in two
+namespaces) that reach one target namespace never collide. The chart renders at most one Role
+and one RoleBinding per namespace (rules merged), so a namespace that is both watched and a
+target — or a pair whose two sides are the same namespace — still yields one object each.
+Cluster-scoped objects always carry the release namespace.
+*/}}
+{{- define "imagerefresh.rbacName" -}}
+{{- $root := index . 0 -}}
+{{- $ns := index . 1 -}}
+{{- if eq $ns $root.Release.Namespace -}}
+{{- include "imagerefresh.fullname" $root -}}
+{{- else -}}
+{{- printf "%s-%s" $root.Release.Namespace (include "imagerefresh.fullname" $root) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "imagerefresh.clusterRbacName" -}}
+{{- printf "%s-%s" .Release.Namespace (include "imagerefresh.fullname" .) -}}
+{{- end -}}
+
+{{- define "imagerefresh.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "imagerefresh.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "imagerefresh.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "imagerefresh.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/component: operator
+{{- end -}}
+
+{{- define "imagerefresh.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Configuration ------------------------------------------------------------------------- */}}
+
+{{/* The watched namespaces, as a JSON list (empty with watch.allNamespaces). */}}
+{{- define "imagerefresh.watched" -}}
+{{- if .Values.watch.allNamespaces -}}
+[]
+{{- else -}}
+{{- $given := .Values.watch.namespaces | default (list .Release.Namespace) -}}
+{{- toJson (uniq $given | sortAlpha) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The policies from values, normalised, as a JSON list: each {name, namespace, spec, targets}
+where targets are {kind, resource, name, namespace} with namespaces defaulted as the operator
+defaults them. Fails on what the operator would refuse anyway (a policy in a namespace it does
+not watch, a cross-namespace target with no allow-list pair), so the mistake shows at install.
+*/}}
+{{- define "imagerefresh.policies" -}}
+{{- $root := . -}}
+{{- $watched := include "imagerefresh.watched" . | fromJsonArray -}}
+{{- $resources := dict "Deployment" "deployments" "DaemonSet" "daemonsets" "StatefulSet" "statefulsets" -}}
+{{- $pairs := list -}}
+{{- range .Values.allowNamespacePairs -}}
+{{- $pairs = append $pairs (printf "%s=%s" .policyNamespace .targetNamespace) -}}
+{{- end -}}
+{{- $out := list -}}
+{{- $seen := dict -}}
+{{- range .Values.policies -}}
+{{- $ns := .namespace | default $root.Release.Namespace -}}
+{{- $key := printf "%s/%s" $ns .name -}}
+{{- if hasKey $seen $key -}}
+{{- fail (printf "policies: %s is declared twice" $key) -}}
+{{- end -}}
+{{- $_ := set $seen $key true -}}
+{{- if and (not $root.Values.watch.allNamespaces) (not (has $ns $watched)) -}}
+{{- fail (printf "policies: %s is in namespace %s, which the operator does not watch; add it to watch.namespaces" $key $ns) -}}
+{{- end -}}
+{{- $targets := list -}}
+{{- range .spec.targets -}}
+{{- $tns := .namespace | default $ns -}}
+{{- if and (ne $tns $ns) (not (has (printf "%s=%s" $ns $tns) $pairs)) -}}
+{{- fail (printf "policies: %s targets %s %s/%s, but no allowNamespacePairs entry lets namespace %s reach %s" $key .kind $tns .name $ns $tns) -}}
+{{- end -}}
+{{- $targets = append $targets (dict "kind" .kind "resource" (get $resources .kind) "name" .name "namespace" $tns) -}}
+{{- end -}}
+{{- $out = append $out (dict "name" .name "namespace" $ns "spec" .spec "targets" $targets) -}}
+{{- end -}}
+{{- toJson $out -}}
+{{- end -}}
+
+{{/* Whether RBAC on workloads is scoped to the targets of the values' policies. */}}
+{{- define "imagerefresh.scoped" -}}
+{{- if and .Values.rbac.scopeToPolicies .Values.policies -}}true{{- end -}}
+{{- end -}}
+
+{{/*
+What each namespace needs, as a JSON object keyed by namespace:
+  {policies: bool, targets: bool, names: {deployments: [...], ...}}
+`policies`: ImageRefreshPolicies live here (watched). `targets`: the operator reads and patches
+workloads here; `names` lists them when known (scoped), else every workload may be reached.
+With watch.allNamespaces, policy rules are cluster-wide (no entry here) and so are target rules
+unless scoped.
+*/}}
+{{- define "imagerefresh.rbacPlan" -}}
+{{- $plan := dict -}}
+{{- $scoped := include "imagerefresh.scoped" . -}}
+{{- range (include "imagerefresh.watched" . | fromJsonArray) -}}
+{{- $_ := set $plan . (dict "policies" true "targets" false "names" dict) -}}
+{{- end -}}
+{{- if $scoped -}}
+{{- range (include "imagerefresh.policies" . | fromJsonArray) -}}
+{{- range .targets -}}
+{{- $entry := get $plan .namespace | default (dict "policies" false "targets" false "names" dict) -}}
+{{- $_ := set $entry "targets" true -}}
+{{- $names := get $entry.names .resource | default list -}}
+{{- $_ := set $entry.names .resource (append $names .name | uniq | sortAlpha) -}}
+{{- $_ := set $plan .namespace $entry -}}
+{{- end -}}
+{{- end -}}
+{{- else if not .Values.watch.allNamespaces -}}
+{{- $targetNamespaces := include "imagerefresh.watched" . | fromJsonArray -}}
+{{- range .Values.allowNamespacePairs -}}
+{{- $targetNamespaces = append $targetNamespaces .targetNamespace -}}
+{{- end -}}
+{{- range $targetNamespaces -}}
+{{- $entry := get $plan . | default (dict "policies" false "targets" false "names" dict) -}}
+{{- $_ := set $entry "targets" true -}}
+{{- $_ := set $plan . $entry -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $plan -}}
+{{- end -}}
+
+{{/* The rules a target namespace (or, unscoped with allNamespaces, the cluster) needs. */}}
+{{- define "imagerefresh.targetRules" -}}
+{{- $root := index . 0 -}}
+{{- $names := index . 1 -}}
+{{- if $names }}
+{{- range $resource := list "daemonsets" "deployments" "statefulsets" }}
+{{- with get $names $resource }}
+# The declared {{ $resource }}: read (image, rollout state) and guarded image patches.
+- apiGroups: ["apps"]
+  resources: [{{ $resource | quote }}]
+  resourceNames: {{ toJson . }}
+  verbs: ["get", "patch"]
+{{- end }}
+{{- end }}
+{{- else }}
+# Any workload the allowed policies may name: read (image, rollout state), guarded image patches.
+- apiGroups: ["apps"]
+  resources: ["deployments", "daemonsets", "statefulsets"]
+  verbs: ["get", "patch"]
+{{- end }}
+# The workload's pods, by label selector: which digests they run. Read-only.
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list"]
+# The pod template's service account: its imagePullSecrets when the template names none.
+- apiGroups: [""]
+  resources: ["serviceaccounts"]
+  verbs: ["get"]
+{{- if $root.Values.rbac.pullSecrets.read }}
+# Pull secrets, by name only (never list or watch): registry credentials for digest lookups.
+- apiGroups: [""]
+  resources: ["secrets"]
+  {{- with $root.Values.rbac.pullSecrets.names }}
+  resourceNames: {{ toJson (uniq . | sortAlpha) }}
+  {{- end }}
+  verbs: ["get"]
+{{- end }}
+{{- end -}}
+
+{{/* The rules where policies live: the operator's own resources and kopf's. */}}
+{{- define "imagerefresh.policyRules" -}}
+{{- $root := . -}}
+# Policies: kopf lists and watches them, adds its finalizer and annotations (patch); a tick reads one.
+- apiGroups: ["images.tracebloc.io"]
+  resources: ["imagerefreshpolicies"]
+  verbs: ["get", "list", "watch", "patch"]
+# Status is replaced (PUT) with the resourceVersion it was computed from.
+- apiGroups: ["images.tracebloc.io"]
+  resources: ["imagerefreshpolicies/status"]
+  verbs: ["update"]
+{{- if $root.Values.peering.enabled }}
+# kopf peering: only this release's peering object.
+- apiGroups: ["kopf.dev"]
+  resources: [{{ if $root.Values.watch.allNamespaces }}"clusterkopfpeerings"{{ else }}"kopfpeerings"{{ end }}]
+  verbs: ["list", "watch"]
+- apiGroups: ["kopf.dev"]
+  resources: [{{ if $root.Values.watch.allNamespaces }}"clusterkopfpeerings"{{ else }}"kopfpeerings"{{ end }}]
+  resourceNames: [{{ $root.Values.peering.name | quote }}]
+  verbs: ["get", "patch"]
+{{- end }}
+{{- end -}}
+
+{{- define "imagerefresh.eventRules" -}}
+# Events about policies and workloads (the operator's and kopf's warnings).
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create"]
+{{- end -}}
+
+{{/* Fails on combinations the chart cannot run safely. */}}
+{{- define "imagerefresh.validate" -}}
+{{- if eq (int .Values.ports.metrics) (int .Values.ports.liveness) -}}
+{{- fail "ports.metrics and ports.liveness must differ" -}}
+{{- end -}}
+{{- if and .Values.watch.allNamespaces .Values.watch.namespaces -}}
+{{- fail "watch.namespaces and watch.allNamespaces exclude each other" -}}
+{{- end -}}
+{{- $_ := include "imagerefresh.policies" . -}}
+{{- end -}}

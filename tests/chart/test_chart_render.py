@@ -1,0 +1,724 @@
+"""The Helm chart as rendered by the pinned `helm template`, parsed: what each value profile
+produces, the least-privilege RBAC it grants, and what values.schema.json refuses.
+
+No cluster here; tests/chart/test_chart_install.py installs the same chart on one.
+"""
+
+from __future__ import annotations
+
+import re
+import tarfile
+import tomllib
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from prometheus_client import CollectorRegistry
+
+from imagerefresh.cli import LOG_FORMAT_ENV, LOG_LEVEL_ENV, main
+from imagerefresh.cli import run as run_command
+from imagerefresh.metrics import Metrics
+
+from support.helm_env import (
+    CHART,
+    KUBE_VERSION,
+    REPO,
+    helm,
+    of_kind,
+    only,
+    operator_container,
+    render,
+    render_error,
+)
+
+DIGEST = "sha256:" + "ab" * 32
+CRD_SOURCE = REPO / "crds" / "imagerefreshpolicies.images.tracebloc.io.yaml"
+CHART_CRD = CHART / "crds" / CRD_SOURCE.name
+WORKLOAD_RESOURCES = {"deployments", "daemonsets", "statefulsets"}
+
+
+def container(name: str, image: str) -> dict[str, str]:
+    return {"name": name, "image": image}
+
+
+def control_plane_policy(**extra: Any) -> dict[str, Any]:
+    """The edge's three control-plane workloads (context document 004), as one values block."""
+    return {
+        "name": "control-plane",
+        "spec": {
+            "interval": "15m",
+            "targets": [
+                {
+                    "kind": "Deployment",
+                    "name": "jobs-manager",
+                    "containers": [
+                        container("api", "tracebloc/jobs-manager:prod"),
+                        container("pods-monitor-container", "tracebloc/pods-monitor:prod"),
+                    ],
+                },
+                {
+                    "kind": "Deployment",
+                    "name": "requests-proxy",
+                    "containers": [container("proxy", "tracebloc/jobs-manager:prod")],
+                },
+                {
+                    "kind": "DaemonSet",
+                    "name": "resource-monitor",
+                    "namespace": "tracebloc-node-agents",
+                    "containers": [
+                        container("tracebloc-resource-monitor", "tracebloc/resource-monitor:prod")
+                    ],
+                },
+            ],
+        },
+        **extra,
+    }
+
+
+NODE_AGENTS_PAIR = {"policyNamespace": "tracebloc", "targetNamespace": "tracebloc-node-agents"}
+CONTROL_PLANE: dict[str, Any] = {
+    "allowNamespacePairs": [NODE_AGENTS_PAIR],
+    "policies": [control_plane_policy()],
+}
+
+# Every value profile the chart supports, for the invariants that must hold in all of them.
+PROFILES: dict[str, dict[str, Any]] = {
+    "defaults": {},
+    "policies": CONTROL_PLANE,
+    "policies-unscoped": {**CONTROL_PLANE, "rbac": {"scopeToPolicies": False}},
+    "cross-namespace-pair": {"allowNamespacePairs": [NODE_AGENTS_PAIR]},
+    "several-watched-namespaces": {
+        "watch": {"namespaces": ["tracebloc", "team-a"]},
+        "allowNamespacePairs": [{"policyNamespace": "team-a", "targetNamespace": "tracebloc"}],
+    },
+    # Context document 004: the node-agents namespace IS the release namespace.
+    "pair-collapsed-onto-release-namespace": {
+        "allowNamespacePairs": [{"policyNamespace": "tracebloc", "targetNamespace": "tracebloc"}],
+        "policies": [
+            {
+                "name": "p",
+                "spec": {
+                    "targets": [
+                        {
+                            "kind": "DaemonSet",
+                            "name": "resource-monitor",
+                            "namespace": "tracebloc",
+                            "containers": [container("m", "tracebloc/resource-monitor:prod")],
+                        },
+                        {
+                            "kind": "Deployment",
+                            "name": "jobs-manager",
+                            "containers": [container("api", "tracebloc/jobs-manager:prod")],
+                        },
+                    ]
+                },
+            }
+        ],
+    },
+    "watched-namespace-is-also-a-pair-target": {
+        "watch": {"namespaces": ["tracebloc", "tracebloc-node-agents"]},
+        "allowNamespacePairs": [NODE_AGENTS_PAIR],
+        "policies": [
+            control_plane_policy(),
+            control_plane_policy(namespace="tracebloc-node-agents"),
+        ],
+    },
+    "all-namespaces": {"watch": {"allNamespaces": True}},
+    "all-namespaces-with-policies": {"watch": {"allNamespaces": True}, **CONTROL_PLANE},
+    "image-by-digest": {
+        "image": {"repository": "registry.example:5000/ops/imagerefresh", "digest": DIGEST}
+    },
+    "monitoring": {
+        "metrics": {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}}
+    },
+    "pull-secret-names": {**CONTROL_PLANE, "rbac": {"pullSecrets": {"names": ["regcred", "hub"]}}},
+    "no-secret-access": {"rbac": {"pullSecrets": {"read": False}}},
+    "peering": {"peering": {"enabled": True}},
+    "peering-all-namespaces": {"peering": {"enabled": True}, "watch": {"allNamespaces": True}},
+    "insecure-registries": {"insecureRegistries": ["127.0.0.1:5000", "mirror.local"]},
+    "rbac-and-service-account-managed-elsewhere": {
+        "rbac": {"create": False},
+        "serviceAccount": {"create": False, "name": "imagerefresh-operator"},
+    },
+}
+
+
+def rules_of(
+    objects: list[dict[str, Any]], kind: str, namespace: str | None
+) -> list[dict[str, Any]]:
+    return list(only(objects, kind, namespace)["rules"])
+
+
+def grants(rules: list[dict[str, Any]], resource: str, verb: str) -> list[dict[str, Any]]:
+    """The rules granting `verb` on `resource` (each may carry resourceNames)."""
+    group, _, name = resource.rpartition(".") if "." in resource else ("", "", resource)
+    found = []
+    for rule in rules:
+        in_group = group == "" or group in rule["apiGroups"]
+        if verb in rule["verbs"] and name in rule["resources"] and in_group:
+            found.append(rule)
+    return found
+
+
+def names_granted(rules: list[dict[str, Any]], resource: str, verb: str) -> set[str] | None:
+    """None when `verb` on `resource` is granted for every name; else the names granted."""
+    matching = grants(rules, resource, verb)
+    if any("resourceNames" not in r for r in matching):
+        return None
+    return {n for r in matching for n in r["resourceNames"]}
+
+
+# -- lint, packaging, the CRD -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("profile", ["defaults", "policies", "all-namespaces", "monitoring"])
+def test_helm_lint_passes_strictly(profile: str) -> None:
+    result = helm(
+        "lint", str(CHART), "--strict", "--kube-version", KUBE_VERSION, values=PROFILES[profile]
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 chart(s) failed" in result.stdout
+
+
+def test_chart_crd_is_a_relative_symlink_to_the_single_crd_source() -> None:
+    assert CHART_CRD.is_symlink()
+    link = Path(CHART_CRD.readlink())
+    assert not link.is_absolute(), "an absolute link breaks in any other checkout"
+    assert CHART_CRD.resolve() == CRD_SOURCE.resolve()
+    assert sorted(p.name for p in CHART_CRD.parent.iterdir()) == [CRD_SOURCE.name]
+
+
+def test_rendered_crd_is_the_crd_source_byte_for_byte_in_meaning() -> None:
+    objects = render(include_crds=True)
+    (crd,) = of_kind(objects, "CustomResourceDefinition")
+    assert crd == yaml.safe_load(CRD_SOURCE.read_text())
+
+
+def test_packaged_chart_carries_the_crd_file_not_a_link(tmp_path: Path) -> None:
+    result = helm("package", str(CHART), "--destination", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    (archive,) = tmp_path.glob("imagerefresh-*.tgz")
+    with tarfile.open(archive) as tar:
+        member = tar.getmember(f"imagerefresh/crds/{CRD_SOURCE.name}")
+        assert member.isfile()
+        extracted = tar.extractfile(member)
+        assert extracted is not None
+        assert extracted.read() == CRD_SOURCE.read_bytes()
+
+
+def test_chart_app_version_is_the_package_version() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert chart["apiVersion"] == "v2"
+    assert chart["name"] == "imagerefresh"
+    assert chart["appVersion"] == project["version"]
+
+
+# -- the operator Deployment --------------------------------------------------------------------
+
+
+def test_defaults_render_one_hardened_guaranteed_operator_watching_the_release_namespace() -> None:
+    objects = render()
+    assert Counter(o["kind"] for o in objects) == Counter(
+        {"ServiceAccount": 1, "Role": 1, "RoleBinding": 1, "Deployment": 1}
+    )
+    deployment = only(objects, "Deployment")
+    assert deployment["spec"]["replicas"] == 1
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == only(objects, "ServiceAccount")["metadata"]["name"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] == 65532
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert pod.get("initContainers", []) == []
+    c = operator_container(objects)
+    assert c["image"] == "docker.io/tracebloc/imagerefresh:0.1.0"
+    assert c["imagePullPolicy"] == "IfNotPresent"
+    assert c["args"] == [
+        "--namespace=tracebloc",
+        "--metrics-port=9090",
+        "--liveness-port=8080",
+        "--resolution-window=10",
+        "--standalone",
+        "--no-scanning",
+    ]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env[LOG_LEVEL_ENV] == "INFO"
+    assert env[LOG_FORMAT_ENV] == "json"
+    sc = c["securityContext"]
+    assert sc["runAsNonRoot"] is True
+    for key in ("runAsUser", "runAsGroup"):
+        assert isinstance(sc[key], int)
+        assert sc[key] > 0
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert ports == {"metrics": 9090, "healthz": 8080}
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        assert c[probe]["httpGet"] == {"path": "/healthz", "port": "healthz"}
+
+
+@pytest.mark.parametrize("profile", sorted(PROFILES))
+def test_every_container_has_requests_equal_to_limits_for_cpu_and_memory(profile: str) -> None:
+    pod = only(render(PROFILES[profile]), "Deployment")["spec"]["template"]["spec"]
+    containers = [*pod.get("initContainers", []), *pod["containers"]]
+    assert containers
+    for c in containers:
+        resources = c["resources"]
+        for dimension in ("cpu", "memory"):
+            assert resources["requests"][dimension] == resources["limits"][dimension], c["name"]
+
+
+def test_image_by_digest_renders_repository_at_digest_and_ignores_the_tag() -> None:
+    values = {
+        "image": {
+            "repository": "registry.example:5000/ops/imagerefresh",
+            "tag": "x",
+            "digest": DIGEST,
+        }
+    }
+    c = operator_container(render(values))
+    assert c["image"] == f"registry.example:5000/ops/imagerefresh@{DIGEST}"
+    assert c["imagePullPolicy"] == "IfNotPresent"
+
+
+def test_image_tag_overrides_the_app_version() -> None:
+    c = operator_container(render({"image": {"repository": "r.example/op", "tag": "0.2.0-rc1"}}))
+    assert c["image"] == "r.example/op:0.2.0-rc1"
+
+
+def test_operator_configuration_becomes_run_options() -> None:
+    values = {
+        "watch": {"namespaces": ["tracebloc", "team-a"]},
+        "allowNamespacePairs": [NODE_AGENTS_PAIR],
+        "insecureRegistries": ["127.0.0.1:5000"],
+        "ports": {"metrics": 9100, "liveness": 8081},
+        "resolutionWindow": 3,
+        "logLevel": "DEBUG",
+        "logFormat": "console",
+    }
+    c = operator_container(render(values))
+    assert c["args"] == [
+        "--namespace=team-a",
+        "--namespace=tracebloc",
+        "--allow-namespace-pair=tracebloc=tracebloc-node-agents",
+        "--insecure-registry=127.0.0.1:5000",
+        "--metrics-port=9100",
+        "--liveness-port=8081",
+        "--resolution-window=3",
+        "--standalone",
+        "--no-scanning",
+    ]
+    assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"metrics": 9100, "healthz": 8081}
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert (env[LOG_LEVEL_ENV], env[LOG_FORMAT_ENV]) == ("DEBUG", "console")
+
+
+def test_all_namespaces_renders_the_flag_instead_of_namespaces() -> None:
+    args = operator_container(render(PROFILES["all-namespaces"]))["args"]
+    assert "--all-namespaces" in args
+    assert not [a for a in args if a.startswith("--namespace")]
+
+
+@pytest.mark.parametrize("profile", sorted(PROFILES))
+def test_rendered_args_and_env_are_accepted_by_the_real_command_line(
+    profile: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The image's entrypoint is `imagerefresh run`: the args must parse as run's options, and
+    the log settings (global options, before `run`) must be taken from the environment."""
+    c = operator_container(render(PROFILES[profile]))
+    with run_command.make_context("run", list(c["args"])) as ctx:
+        assert ctx.params["scanning"] is False
+        assert ctx.params["standalone"] is not PROFILES[profile].get("peering", {}).get(
+            "enabled", False
+        )
+    env = {e["name"]: e["value"] for e in c["env"] if "value" in e}
+    for name in (LOG_LEVEL_ENV, LOG_FORMAT_ENV):
+        monkeypatch.setenv(name, env[name])
+    with main.make_context("imagerefresh", ["run"]) as ctx:
+        assert ctx.params == {"log_level": env[LOG_LEVEL_ENV], "log_format": env[LOG_FORMAT_ENV]}
+
+
+def test_kwok_scheduling_values_reach_the_pod() -> None:
+    values = {
+        "nodeSelector": {"type": "kwok"},
+        "tolerations": [
+            {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
+        ],
+        "priorityClassName": "system-cluster-critical",
+    }
+    pod = only(render(values), "Deployment")["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == values["nodeSelector"]
+    assert pod["tolerations"] == values["tolerations"]
+    assert pod["priorityClassName"] == "system-cluster-critical"
+
+
+# -- policies from values -----------------------------------------------------------------------
+
+
+def test_policies_from_values_render_as_image_refresh_policies_in_their_namespaces() -> None:
+    values = {
+        **CONTROL_PLANE,
+        "watch": {"namespaces": ["tracebloc", "team-a"]},
+        "policies": [
+            control_plane_policy(),
+            {
+                "name": "apps",
+                "namespace": "team-a",
+                "spec": {
+                    "suspend": True,
+                    "targets": [
+                        {
+                            "kind": "StatefulSet",
+                            "name": "db",
+                            "containers": [container("db", "mysql:8")],
+                        }
+                    ],
+                },
+            },
+        ],
+    }
+    objects = render(values)
+    policies = {
+        (p["metadata"]["namespace"], p["metadata"]["name"]): p
+        for p in of_kind(objects, "ImageRefreshPolicy")
+    }
+    assert set(policies) == {("tracebloc", "control-plane"), ("team-a", "apps")}
+    assert policies[("tracebloc", "control-plane")]["spec"] == control_plane_policy()["spec"]
+    assert policies[("team-a", "apps")]["apiVersion"] == "images.tracebloc.io/v1alpha1"
+    assert policies[("team-a", "apps")]["spec"]["suspend"] is True
+
+
+def test_policies_scope_workload_access_to_the_declared_names_per_namespace_and_kind() -> None:
+    objects = render(CONTROL_PLANE)
+    home = rules_of(objects, "Role", "tracebloc")
+    agents = rules_of(objects, "Role", "tracebloc-node-agents")
+    for verb in ("get", "patch"):
+        assert names_granted(home, "apps.deployments", verb) == {"jobs-manager", "requests-proxy"}
+        assert not grants(home, "apps.daemonsets", verb)
+        assert not grants(home, "apps.statefulsets", verb)
+        assert names_granted(agents, "apps.daemonsets", verb) == {"resource-monitor"}
+        assert not grants(agents, "apps.deployments", verb)
+    # The target-only namespace gets no access to policies.
+    assert not grants(agents, "images.tracebloc.io.imagerefreshpolicies", "get")
+    assert grants(agents, "pods", "list")
+    assert grants(agents, "events", "create")
+
+
+def test_unscoped_policies_grant_every_workload_in_the_reachable_namespaces() -> None:
+    objects = render(PROFILES["policies-unscoped"])
+    for ns in ("tracebloc", "tracebloc-node-agents"):
+        rules = rules_of(objects, "Role", ns)
+        for resource in WORKLOAD_RESOURCES:
+            assert names_granted(rules, f"apps.{resource}", "patch") is None
+
+
+def test_a_cross_namespace_pair_adds_a_target_role_in_the_target_namespace_only() -> None:
+    objects = render(PROFILES["cross-namespace-pair"])
+    assert {r["metadata"]["namespace"] for r in of_kind(objects, "Role")} == {
+        "tracebloc",
+        "tracebloc-node-agents",
+    }
+    agents = rules_of(objects, "Role", "tracebloc-node-agents")
+    assert names_granted(agents, "apps.daemonsets", "patch") is None
+    assert not grants(agents, "images.tracebloc.io.imagerefreshpolicies", "list")
+    args = operator_container(objects)["args"]
+    assert "--allow-namespace-pair=tracebloc=tracebloc-node-agents" in args
+    assert "--namespace=tracebloc" in args
+    assert "--namespace=tracebloc-node-agents" not in args
+
+
+def test_pull_secret_names_scope_secret_reads_to_get_on_those_names() -> None:
+    objects = render(PROFILES["pull-secret-names"])
+    for ns in ("tracebloc", "tracebloc-node-agents"):
+        rules = rules_of(objects, "Role", ns)
+        assert names_granted(rules, "secrets", "get") == {"regcred", "hub"}
+
+
+def test_without_pull_secret_names_secrets_are_get_only_and_can_be_turned_off() -> None:
+    rules = rules_of(render(), "Role", "tracebloc")
+    assert names_granted(rules, "secrets", "get") is None
+    assert not grants(rules, "secrets", "list")
+    assert not grants(rules, "secrets", "watch")
+    off = rules_of(render(PROFILES["no-secret-access"]), "Role", "tracebloc")
+    assert not [r for r in off if "secrets" in r["resources"]]
+
+
+def test_all_namespaces_puts_policy_rules_in_a_cluster_role_named_after_the_release_namespace() -> (
+    None
+):
+    objects = render(PROFILES["all-namespaces"])
+    role = only(objects, "ClusterRole")
+    binding = only(objects, "ClusterRoleBinding")
+    assert role["metadata"]["name"] == binding["metadata"]["name"] == "tracebloc-r-imagerefresh"
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    rules = role["rules"]
+    assert grants(rules, "images.tracebloc.io.imagerefreshpolicies", "watch")
+    assert names_granted(rules, "apps.deployments", "patch") is None
+    assert not of_kind(objects, "Role")
+
+
+def test_all_namespaces_with_policies_keeps_workload_access_namespaced_and_named() -> None:
+    objects = render(PROFILES["all-namespaces-with-policies"])
+    cluster_rules = only(objects, "ClusterRole")["rules"]
+    assert not [r for r in cluster_rules if r["apiGroups"] == ["apps"]]
+    assert not grants(cluster_rules, "secrets", "get")
+    assert not grants(cluster_rules, "pods", "list")
+    home = rules_of(objects, "Role", "tracebloc")
+    assert names_granted(home, "apps.deployments", "patch") == {"jobs-manager", "requests-proxy"}
+
+
+def test_peering_grants_only_this_releases_peering_object() -> None:
+    objects = render(PROFILES["peering"])
+    rules = rules_of(objects, "Role", "tracebloc")
+    assert names_granted(rules, "kopf.dev.kopfpeerings", "patch") == {"imagerefresh"}
+    peering = only(objects, "KopfPeering", "tracebloc")
+    assert peering["metadata"]["name"] == "imagerefresh"
+    args = operator_container(objects)["args"]
+    assert "--peering=imagerefresh" in args
+    assert "--standalone" not in args
+    cluster = render(PROFILES["peering-all-namespaces"])
+    assert only(cluster, "ClusterKopfPeering")["metadata"]["name"] == "imagerefresh"
+    assert names_granted(
+        only(cluster, "ClusterRole")["rules"], "kopf.dev.clusterkopfpeerings", "patch"
+    ) == {"imagerefresh"}
+
+
+# -- invariants over every profile ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("profile", sorted(PROFILES))
+def test_no_two_rendered_objects_share_kind_namespace_and_name(profile: str) -> None:
+    objects = render(PROFILES[profile])
+    keys = Counter(
+        (o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]) for o in objects
+    )
+    assert [k for k, n in keys.items() if n > 1] == []
+
+
+def test_a_pair_collapsed_onto_the_release_namespace_yields_one_merged_role() -> None:
+    objects = render(PROFILES["pair-collapsed-onto-release-namespace"])
+    (role,) = of_kind(objects, "Role")
+    rules = role["rules"]
+    assert names_granted(rules, "apps.daemonsets", "patch") == {"resource-monitor"}
+    assert names_granted(rules, "apps.deployments", "patch") == {"jobs-manager"}
+    assert grants(rules, "images.tracebloc.io.imagerefreshpolicies", "watch")
+
+
+def test_two_releases_reaching_one_target_namespace_use_distinct_role_names() -> None:
+    one = render(PROFILES["cross-namespace-pair"], namespace="tracebloc")
+    other = render(
+        {
+            "allowNamespacePairs": [
+                {"policyNamespace": "edge-b", "targetNamespace": "tracebloc-node-agents"}
+            ]
+        },
+        namespace="edge-b",
+    )
+    names = [
+        only(objects, "Role", "tracebloc-node-agents")["metadata"]["name"]
+        for objects in (one, other)
+    ]
+    assert len(set(names)) == 2
+
+
+@pytest.mark.parametrize("profile", sorted(PROFILES))
+def test_rbac_is_least_privilege_in_every_profile(profile: str) -> None:
+    values = PROFILES[profile]
+    objects = render(values)
+    roles = of_kind(objects, "Role") + of_kind(objects, "ClusterRole")
+    account = only(objects, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"]
+    sa = {"name": account, "namespace": only(objects, "Deployment")["metadata"]["namespace"]}
+    for role in roles:
+        for rule in role["rules"]:
+            for field in ("verbs", "resources", "apiGroups"):
+                assert "*" not in rule[field], rule
+            resources = set(rule["resources"])
+            verbs = set(rule["verbs"])
+            if resources & WORKLOAD_RESOURCES:
+                assert verbs <= {"get", "patch"}, rule
+            if resources & {"pods", "serviceaccounts", "secrets"}:
+                assert verbs in ({"list"}, {"get"}), rule
+            if "secrets" in resources:
+                assert verbs == {"get"}, rule
+            if "events" in resources:
+                assert verbs == {"create"}, rule
+            if "imagerefreshpolicies/status" in resources:
+                assert verbs == {"update"}, rule
+            assert not resources & {"customresourcedefinitions", "namespaces", "nodes"}, rule
+    if not values.get("watch", {}).get("allNamespaces"):
+        assert not of_kind(objects, "ClusterRole")
+        assert not of_kind(objects, "ClusterRoleBinding")
+    for binding in of_kind(objects, "RoleBinding") + of_kind(objects, "ClusterRoleBinding"):
+        namespace = binding["metadata"].get("namespace")
+        kind = "Role" if namespace else "ClusterRole"
+        target = [
+            r
+            for r in of_kind(objects, kind, namespace)
+            if r["metadata"]["name"] == binding["roleRef"]["name"]
+        ]
+        assert len(target) == 1, binding
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": sa["name"], "namespace": sa["namespace"]}
+        ]
+
+
+# -- monitoring ---------------------------------------------------------------------------------
+
+
+def _exported_metric_names() -> set[str]:
+    metrics = Metrics(CollectorRegistry())
+    names = set()
+    for family in metrics.registry.collect():
+        names.add(family.name)
+        names.update(sample.name for sample in family.samples)
+    # Counters are exported with _total; families without labels yet have no samples.
+    names.update(f"{name}_total" for name in list(names))
+    return names
+
+
+def test_service_monitor_scrapes_the_operators_metrics_port_with_its_own_labels() -> None:
+    objects = render(PROFILES["monitoring"])
+    service = only(objects, "Service")
+    monitor = only(objects, "ServiceMonitor")
+    pod = only(objects, "Deployment")["spec"]["template"]
+    assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+    assert service["spec"]["ports"][0]["targetPort"] == "metrics"
+    assert (
+        monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    )
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["port"] == service["spec"]["ports"][0]["name"]
+    assert endpoint["path"] == "/metrics"
+    assert endpoint["honorLabels"] is True
+
+
+def test_prometheus_rule_alerts_on_frozen_locked_rate_limited_and_degraded() -> None:
+    rule = only(render(PROFILES["monitoring"]), "PrometheusRule")
+    alerts = {r["alert"]: r for group in rule["spec"]["groups"] for r in group["rules"]}
+    assert {
+        "ImageRefreshTargetFrozen",
+        "ImageRefreshTargetLocked",
+        "ImageRefreshRateLimited",
+        "ImageRefreshDegraded",
+    } <= set(alerts)
+    assert "imagerefresh_target_frozen" in alerts["ImageRefreshTargetFrozen"]["expr"]
+    assert alerts["ImageRefreshTargetFrozen"]["expr"].endswith("== 1")
+    assert "imagerefresh_target_locked" in alerts["ImageRefreshTargetLocked"]["expr"]
+    assert "imagerefresh_ticks_total" in alerts["ImageRefreshDegraded"]["expr"]
+    exported = _exported_metric_names()
+    for name, alert in alerts.items():
+        used = set(re.findall(r"\bimagerefresh_\w+", alert["expr"]))
+        assert used, name
+        assert used <= exported, (name, used - exported)
+        # Prometheus templates survive Helm's: the annotation still holds {{ $labels... }}.
+        assert "{{ $labels." in alert["annotations"]["summary"]
+
+
+def test_rbac_and_service_account_can_be_left_to_the_cluster_admin() -> None:
+    objects = render(PROFILES["rbac-and-service-account-managed-elsewhere"])
+    assert {o["kind"] for o in objects} == {"Deployment"}
+    pod = only(objects, "Deployment")["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "imagerefresh-operator"
+
+
+def test_monitoring_is_off_by_default() -> None:
+    kinds = {o["kind"] for o in render()}
+    assert not kinds & {"Service", "ServiceMonitor", "PrometheusRule"}
+
+
+# -- values.schema.json and the chart's own checks ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"bogus": True}, "additional properties 'bogus' not allowed"),
+        ({"replicaCount": "1"}, "/replicaCount"),
+        ({"replicaCount": 2}, "/replicaCount"),
+        ({"ports": {"metrics": -1, "liveness": 8080}}, "/ports/metrics"),
+        ({"ports": {"metrics": 70000, "liveness": 8080}}, "/ports/metrics"),
+        ({"image": {"repository": "r.example/op", "digest": "sha256:abc"}}, "/image/digest"),
+        ({"image": {"repository": "r.example/op:1.0"}}, "/image/repository"),
+        ({"watch": {"namespaces": ["irp-*"]}}, "/watch/namespaces/0"),
+        ({"watch": {"allNamespaces": "yes"}}, "/watch/allNamespaces"),
+        ({"resources": {"cpu": "0", "memory": "128Mi"}}, "/resources/cpu"),
+        ({"resources": {"cpu": "100m", "memory": "lots"}}, "/resources/memory"),
+        ({"resources": {"cpu": "100m", "memory": "128Mi", "gpu": 1}}, "/resources"),
+        ({"runAsUser": 0}, "/runAsUser"),
+        ({"logLevel": "chatty"}, "/logLevel"),
+        ({"allowNamespacePairs": ["tracebloc=agents"]}, "/allowNamespacePairs/0"),
+        ({"insecureRegistries": ["http://mirror"]}, "/insecureRegistries/0"),
+        ({"imagePullSecrets": [{"name": "regcred"}]}, "/imagePullSecrets/0"),
+        ({"rbac": {"pullSecrets": {"names": "regcred"}}}, "/rbac/pullSecrets/names"),
+        (
+            {
+                "policies": [
+                    {
+                        "name": "p",
+                        "spec": {
+                            "targets": [
+                                {"kind": "Job", "name": "x", "containers": [container("a", "b:c")]}
+                            ]
+                        },
+                    }
+                ]
+            },
+            "/policies/0/spec/targets/0/kind",
+        ),
+        ({"policies": [{"name": "p", "spec": {"targets": []}}]}, "/policies/0/spec/targets"),
+        ({"policies": [{"name": "p", "spec": {}, "labels": {}}]}, "/policies/0"),
+        (
+            {"metrics": {"serviceMonitor": {"interval": "often"}}},
+            "/metrics/serviceMonitor/interval",
+        ),
+    ],
+    ids=lambda v: v if isinstance(v, str) else None,
+)
+def test_values_schema_rejects_bad_values_with_a_message(
+    values: dict[str, Any], message: str
+) -> None:
+    error = render_error(values)
+    assert "values don't meet the specifications of the schema" in error
+    assert message in error
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (
+            {"policies": [control_plane_policy(namespace="elsewhere")]},
+            "namespace elsewhere, which the operator does not watch",
+        ),
+        (
+            {"policies": [control_plane_policy()]},
+            "no allowNamespacePairs entry lets namespace tracebloc reach tracebloc-node-agents",
+        ),
+        (
+            {**CONTROL_PLANE, "policies": [control_plane_policy(), control_plane_policy()]},
+            "tracebloc/control-plane is declared twice",
+        ),
+        ({"ports": {"metrics": 8080, "liveness": 8080}}, "must differ"),
+        ({"watch": {"namespaces": ["a"], "allNamespaces": True}}, "exclude each other"),
+    ],
+    ids=[
+        "policy-outside-watched",
+        "cross-namespace-without-pair",
+        "duplicate-policy",
+        "same-ports",
+        "namespaces-and-all",
+    ],
+)
+def test_the_chart_refuses_configurations_the_operator_would_refuse(
+    values: dict[str, Any], message: str
+) -> None:
+    assert message in render_error(values)
+
+
+def test_helm_lint_reports_schema_violations() -> None:
+    result = helm("lint", str(CHART), "--kube-version", KUBE_VERSION, values={"replicaCount": -1})
+    assert result.returncode != 0
+    assert "/replicaCount" in result.stdout + result.stderr
