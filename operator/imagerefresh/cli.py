@@ -228,11 +228,11 @@ allow_option = click.option(
 @click.option(
     "--peering",
     "peering_name",
-    default="imagerefresh",
-    show_default=True,
-    help="kopf peering name: only one replica acts.",
+    default=None,
+    help="Peer with other replicas under this kopf peering name (kopf's peering CRDs must be "
+    "installed), so that only one acts. Without it the operator runs standalone.",
 )
-@click.option("--standalone", is_flag=True, help="No peering (a single replica).")
+@click.option("--standalone", is_flag=True, help="Run without peering (the default).")
 @click.option("--priority", default=0, show_default=True, help="Peering priority (distinct).")
 @click.option(
     "--scanning/--no-scanning",
@@ -290,7 +290,9 @@ def run(
             memo=runtime,
             clusterwide=all_namespaces,
             namespaces=namespaces,
-            standalone=standalone,
+            # kopf without standalone and without its peering CRDs pauses every watch, forever
+            # and silently: peer only when a peering name is given explicitly.
+            standalone=standalone or peering_name is None,
             priority=priority,
             peering_name=None if standalone else peering_name,
             liveness_endpoint=f"http://{bind_address}:{liveness_port}/healthz",

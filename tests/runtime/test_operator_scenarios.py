@@ -632,3 +632,27 @@ def test_a_refresh_still_unsettled_at_rollout_timeout_fails_and_is_rolled_back(
         timeout=30,
         what="the rollback to the images the refresh replaced",
     )
+
+
+def test_without_a_peering_name_the_operator_runs_standalone_instead_of_pausing(
+    operator: Operator,
+    cluster: Cluster,
+    pusher: ImagePusher,
+    policy_namespace: str,
+) -> None:
+    # kopf, neither standalone nor given its peering CRDs, pauses every watch silently.
+    ns, reg = policy_namespace, operator.registry
+    pusher.push(f"{ns}/app", "prod", seed="peer")
+    operator.stop()
+    operator.standalone_flag = False
+    try:
+        operator.start()
+        tag = f"{reg}/{ns}/app:prod"
+        cluster.apply(deployment("app", {"app": tag}, replicas=1), namespace=ns)
+        cluster.apply(policy("control-plane", target("app", app=tag)), namespace=ns)
+        operator.wait_first_tick(ns, "control-plane")
+        assert target_status(cluster, ns, "app")["phase"] == "Refreshing"
+    finally:
+        operator.stop()
+        operator.standalone_flag = True
+        operator.start()
