@@ -152,7 +152,7 @@ class Demo:
 
         self.apply(
             deployment("jobs-manager", {"api": jm, "pods-monitor-container": pm}),
-            deployment("requests-proxy", {"requests-proxy": jm}),
+            deployment("requests-proxy", {"proxy": jm}),
             {
                 "apiVersion": "apps/v1",
                 "kind": "DaemonSet",
@@ -195,7 +195,7 @@ class Demo:
                         "kind": "Deployment",
                         "name": "requests-proxy",
                         "containers": [
-                            {"name": "requests-proxy", "image": f"{tag}/jobs-manager:prod"}
+                            {"name": "proxy", "image": f"{tag}/jobs-manager:prod"}
                         ],
                     },
                     {
