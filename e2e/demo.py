@@ -194,9 +194,7 @@ class Demo:
                     {
                         "kind": "Deployment",
                         "name": "requests-proxy",
-                        "containers": [
-                            {"name": "proxy", "image": f"{tag}/jobs-manager:prod"}
-                        ],
+                        "containers": [{"name": "proxy", "image": f"{tag}/jobs-manager:prod"}],
                     },
                     {
                         "kind": "DaemonSet",
