@@ -85,6 +85,12 @@ class Metrics:
             ["namespace", "policy"],
             registry=r,
         )
+        self.condition = Gauge(
+            "imagerefresh_policy_condition",
+            "1 while the policy's condition is True",
+            ["namespace", "policy", "condition"],
+            registry=r,
+        )
         self.status_writes = Counter(
             "imagerefresh_status_writes",
             "Policy status writes",
@@ -109,6 +115,10 @@ class Metrics:
             self.frozen.labels(*labels).set(int(target.skip_streak >= spec.max_skip_ticks))
             self.locked.labels(*labels).set(
                 int(target.refresh_attempts >= spec.max_refresh_attempts)
+            )
+        for condition in status.conditions:
+            self.condition.labels(namespace, policy, condition.type).set(
+                int(condition.status == "True")
             )
         for budget in status.registries:
             if budget.limit is not None:

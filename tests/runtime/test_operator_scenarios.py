@@ -260,6 +260,7 @@ def test_an_unreachable_registry_is_degraded_with_nothing_patched_and_nothing_co
     )
     assert "cannot reach 127.0.0.1:1" in found["message"]
     assert condition(cluster, ns, "Degraded")["status"] == "True"
+    assert operator.metric("imagerefresh_policy_condition", namespace=ns, condition="Degraded") == 1
     assert images(cluster, ns, "app") == {"app": f"{dead}/team/app:prod"}
 
 
