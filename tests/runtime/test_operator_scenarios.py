@@ -376,6 +376,25 @@ def test_a_never_ready_target_freezes_while_the_others_refresh_and_thaws_when_it
     assert operator.metric("imagerefresh_target_frozen", **labels) == 0
 
 
+def running_good_digest_with_bad_next(
+    cluster: Cluster, pusher: ImagePusher, ns: str, reg: str, seed: str, **spec: Any
+) -> tuple[str, str]:
+    """Deployment `app` settled on a good digest; pods of the returned bad digest never get Ready.
+
+    The tag ends on the good digest; re-pushing ``<seed>-bad`` moves it to the bad one.
+    """
+    bad = pusher.push(f"{ns}/app", "prod", seed=f"{seed}-bad")
+    good = pusher.push(f"{ns}/app", "prod", seed=f"{seed}-good")
+    pinned_good = f"{reg}/{ns}/app@{good.digest}"
+    annotations = {"imagerefresh.test/never-ready-image": bad.digest}
+    cluster.apply(
+        deployment("app", {"app": pinned_good}, replicas=1, annotations=annotations, **spec),
+        namespace=ns,
+    )
+    cluster.kubectl("rollout", "status", "-n", ns, "deployment/app", "--timeout=60s")
+    return bad.digest, pinned_good
+
+
 def test_a_refresh_that_never_becomes_ready_is_rolled_back_counted_and_locked_until_reset(
     operator: Operator,
     cluster: Cluster,
@@ -383,26 +402,15 @@ def test_a_refresh_that_never_becomes_ready_is_rolled_back_counted_and_locked_un
     policy_namespace: str,
 ) -> None:
     ns, reg = policy_namespace, operator.registry
-    bad = pusher.push(f"{ns}/app", "prod", seed="bad")
-    good = pusher.push(f"{ns}/app", "prod", seed="good")
-    pinned_good = f"{reg}/{ns}/app@{good.digest}"
-    cluster.apply(
-        deployment(
-            "app",
-            {"app": pinned_good},
-            replicas=1,
-            progressDeadlineSeconds=2,
-            annotations={"imagerefresh.test/never-ready-image": bad.digest},
-        ),
-        namespace=ns,
+    bad, pinned_good = running_good_digest_with_bad_next(
+        cluster, pusher, ns, reg, "deadline", progressDeadlineSeconds=2
     )
-    cluster.kubectl("rollout", "status", "-n", ns, "deployment/app", "--timeout=60s")
     cluster.apply(
         policy("control-plane", target("app", app=f"{reg}/{ns}/app:prod"), maxRefreshAttempts=2),
         namespace=ns,
     )
     operator.wait_first_tick(ns, "control-plane")
-    assert pusher.push(f"{ns}/app", "prod", seed="bad").digest == bad.digest  # tag → bad
+    assert pusher.push(f"{ns}/app", "prod", seed="deadline-bad").digest == bad  # tag → bad
     locked = settle(operator, cluster, ns, "app", phase="Locked", timeout=120)
     assert locked["refreshAttempts"] == 2
     assert "imagerefresh reset" in locked["message"]
@@ -597,20 +605,8 @@ def test_a_refresh_still_unsettled_at_rollout_timeout_fails_and_is_rolled_back(
     policy_namespace: str,
 ) -> None:
     ns, reg = policy_namespace, operator.registry
-    bad = pusher.push(f"{ns}/app", "prod", seed="slow-bad")
-    good = pusher.push(f"{ns}/app", "prod", seed="slow-good")
-    pinned_good = f"{reg}/{ns}/app@{good.digest}"
     # No progress deadline: only the policy's rolloutTimeout can end this refresh.
-    cluster.apply(
-        deployment(
-            "app",
-            {"app": pinned_good},
-            replicas=1,
-            annotations={"imagerefresh.test/never-ready-image": bad.digest},
-        ),
-        namespace=ns,
-    )
-    cluster.kubectl("rollout", "status", "-n", ns, "deployment/app", "--timeout=60s")
+    _, pinned_good = running_good_digest_with_bad_next(cluster, pusher, ns, reg, "slow")
     cluster.apply(
         policy(
             "control-plane",
@@ -621,7 +617,7 @@ def test_a_refresh_still_unsettled_at_rollout_timeout_fails_and_is_rolled_back(
         namespace=ns,
     )
     operator.wait_first_tick(ns, "control-plane")
-    pusher.push(f"{ns}/app", "prod", seed="slow-bad")
+    pusher.push(f"{ns}/app", "prod", seed="slow-bad")  # tag → bad
     operator.tick(ns, "control-plane")
     started = target_status(cluster, ns, "app")
     assert started["phase"] == "Refreshing"
