@@ -13,6 +13,12 @@ the ``resourceVersion`` it was computed from (a concurrent write fails it as
 :class:`ResourceConflict`), and events are best-effort — they never break a tick.
 
 No API client exists until :meth:`KubeApi.from_environment` (or the caller) builds one.
+
+Requests go through the official client's :class:`~kubernetes.client.ApiClient` (its
+configuration, authentication, TLS, default headers and connection pool), by URL path, not
+through the generated ``CoreV1Api``/``AppsV1Api`` classes: those modules hold thousands of
+methods we never call, and loading them cost the operator about 26 MiB of resident memory
+(measured for ``make bench``), and each generated method validates its arguments with pydantic.
 """
 
 from __future__ import annotations
@@ -22,14 +28,19 @@ import binascii
 import json
 import os
 import socket
+import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from concurrent.futures import Future
 from datetime import UTC, datetime
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
+from urllib.parse import quote
 
 import kubernetes.client
 import kubernetes.config
 import structlog
+from kubernetes.client.exceptions import ApiException
 
 from imagerefresh.credentials import Credentials, InvalidDockerConfig, parse_docker_config
 from imagerefresh.kube.errors import KubeError, NotFound, translate
@@ -43,6 +54,7 @@ __all__ = [
     "POLICY_PLURAL",
     "POLICY_VERSION",
     "KubeApi",
+    "ReadCache",
 ]
 
 log = structlog.get_logger(__name__)
@@ -59,8 +71,42 @@ MERGE_PATCH = "application/merge-patch+json"
 DEFAULT_TIMEOUT = (5.0, 30.0)  # (connect, read) seconds: a hung API server never hangs a tick
 _PAGE = 500
 
-# kind → the AppsV1Api method suffix (read_namespaced_<suffix>, patch_namespaced_<suffix>)
-_WORKLOADS = {"Deployment": "deployment", "DaemonSet": "daemon_set", "StatefulSet": "stateful_set"}
+# kind → its resource under /apis/apps/v1
+_WORKLOADS = {"Deployment": "deployments", "DaemonSet": "daemonsets", "StatefulSet": "statefulsets"}
+_POLICIES = f"/apis/{POLICY_GROUP}/{POLICY_VERSION}/namespaces/{{namespace}}/{POLICY_PLURAL}"
+Query = Sequence[tuple[str, Any]]
+Json = dict[str, Any]
+T = TypeVar("T")
+
+
+class ReadCache:
+    """Answers of reads that many targets of one tick share, each read once (thread-safe).
+
+    A tick's targets mostly run under the same ServiceAccount and pull secrets; without this,
+    each target would read them again. It lives as long as one tick, so what it holds is never
+    older than the tick itself. Concurrent askers of the same key wait for the first one's
+    answer — or its error, which is the answer for all of them.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._answers: dict[Hashable, Future[Any]] = {}
+
+    def get(self, key: Hashable, read: Callable[[], T]) -> T:
+        with self._lock:
+            answer = self._answers.get(key)
+            first = answer is None
+            if answer is None:
+                answer = self._answers[key] = Future()
+        if first:
+            try:
+                answer.set_result(read())
+            except BaseException as error:
+                answer.set_exception(error)
+        result: T = answer.result()
+        return result
+
+
 # Pull-secret types the kubelet reads, and the data key each keeps its docker config under.
 _PULL_SECRET_KEYS = {
     "kubernetes.io/dockerconfigjson": ".dockerconfigjson",
@@ -79,9 +125,6 @@ class KubeApi:
     ) -> None:
         self.api_client = api_client
         self._timeout = timeout
-        self._apps = kubernetes.client.AppsV1Api(api_client)
-        self._core = kubernetes.client.CoreV1Api(api_client)
-        self._custom = kubernetes.client.CustomObjectsApi(api_client)
 
     @classmethod
     def from_environment(cls, kubeconfig: str | None = None) -> KubeApi:
@@ -116,14 +159,9 @@ class KubeApi:
 
     def read_workload(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         """The Deployment/DaemonSet/StatefulSet as raw API JSON, or None when it does not exist."""
-        suffix = _workload_suffix(kind)
+        path = _workload_path(kind, namespace, name)
         try:
-            obj = self._call(
-                f"get {kind} {namespace}/{name}",
-                getattr(self._apps, f"read_namespaced_{suffix}"),
-                name,
-                namespace,
-            )
+            obj = self._request(f"get {kind} {namespace}/{name}", "GET", path)
         except NotFound:
             return None
         obj.setdefault("apiVersion", "apps/v1")
@@ -132,23 +170,59 @@ class KubeApi:
 
     def list_pods(self, namespace: str, selector: Mapping[str, Any]) -> list[dict[str, Any]]:
         """The pods ``selector`` (a workload's ``spec.selector``) matches, as raw API JSON."""
-        what = f"list pods in {namespace}"
+        return self._list_pods(namespace, _selector_query(namespace, selector))
+
+    def list_pods_of(
+        self, namespace: str, selectors: Sequence[Mapping[str, Any]]
+    ) -> list[list[Json] | KubeError]:
+        """For each selector, the pods it matches (or why they cannot be listed), in one LIST.
+
+        The workloads of one namespace usually select their pods by one shared label (``app``):
+        one LIST by the set-based query ``app in (a,b,…)`` returns every pod any of them may
+        select, which is then split by matching each full selector locally, as the API server
+        matches it. When the selectors share no ``matchLabels`` key, each is listed on its own.
+        """
+        answers: list[list[Json] | KubeError] = []
+        valid: dict[int, Mapping[str, Any]] = {}
+        for index, selector in enumerate(selectors):
+            try:
+                _selector_query(namespace, selector)
+            except KubeError as error:
+                answers.append(error)
+                continue
+            answers.append([])
+            valid[index] = selector
+        union = _union_query(list(valid.values()))
+        if union is None:
+            for index, selector in valid.items():
+                try:
+                    answers[index] = self.list_pods(namespace, selector)
+                except KubeError as error:
+                    answers[index] = error
+            return answers
         try:
-            query = label_selector(selector)
-        except InvalidSelector as error:
-            raise KubeError(
-                f"{what}: the workload's spec.selector cannot be used ({error}); fix the selector"
-            ) from error
+            pods = self._list_pods(namespace, union)
+        except KubeError as error:
+            for index in valid:
+                answers[index] = error
+            return answers
+        for index, selector in valid.items():
+            answers[index] = [pod for pod in pods if _matches(selector, _labels(pod))]
+        return answers
+
+    def _list_pods(self, namespace: str, query: str) -> list[Json]:
+        what = f"list pods in {namespace}"
         pods: list[dict[str, Any]] = []
         token: str | None = None
         while True:
-            page = self._call(
+            params: list[tuple[str, Any]] = [("labelSelector", query), ("limit", _PAGE)]
+            if token is not None:
+                params.append(("continue", token))
+            page = self._request(
                 f"{what} matching {query}",
-                self._core.list_namespaced_pod,
-                namespace,
-                label_selector=query,
-                limit=_PAGE,
-                _continue=token,
+                "GET",
+                f"/api/v1/namespaces/{_segment(namespace)}/pods",
+                query=params,
             )
             for pod in page.get("items") or ():
                 pod.setdefault("apiVersion", "v1")
@@ -164,17 +238,16 @@ class KubeApi:
         A ``test`` op that no longer holds raises PreconditionFailed and changes nothing.
         """
         target = patch.target
-        suffix = _workload_suffix(target.kind)
+        path = _workload_path(target.kind, target.namespace, target.name)
         images = {change.container: change.image for change in patch.changes}
-        obj = self._call(
+        obj = self._request(
             f"patch {target.kind} {target.namespace}/{target.name} ({patch.purpose} of "
             f"{', '.join(images)})",
-            getattr(self._apps, f"patch_namespaced_{suffix}"),
-            target.name,
-            target.namespace,
-            patch.json_patch(),
-            field_manager=FIELD_MANAGER,
-            _content_type=JSON_PATCH,
+            "PATCH",
+            path,
+            query=[("fieldManager", FIELD_MANAGER)],
+            body=patch.json_patch(),
+            content_type=JSON_PATCH,
         )
         log.info("images patched", target=str(target), purpose=str(patch.purpose), images=images)
         return obj
@@ -182,7 +255,7 @@ class KubeApi:
     # -- pull secrets -----------------------------------------------------------------------
 
     def read_pull_secrets(
-        self, namespace: str, pod_spec: Mapping[str, Any]
+        self, namespace: str, pod_spec: Mapping[str, Any], cache: ReadCache | None = None
     ) -> list[dict[str, Credentials]]:
         """The docker configs the kubelet will try for pods of ``pod_spec``, in its order.
 
@@ -191,25 +264,33 @@ class KubeApi:
         unless named) — so this reads exactly one of the two lists, as the pod will have it.
         A secret that does not exist is skipped, as the kubelet skips it; a missing service
         account has no secrets; a secret we may not read raises Forbidden (fail closed).
+        With a ``cache`` (one tick's), each ServiceAccount and secret is read once per tick.
         """
+        cache = cache or ReadCache()
         names = _names(pod_spec.get("imagePullSecrets"))
         if not names:
-            account = pod_spec.get("serviceAccountName") or pod_spec.get("serviceAccount")
-            names = self._service_account_pull_secrets(namespace, str(account or "default"))
+            account = str(
+                pod_spec.get("serviceAccountName") or pod_spec.get("serviceAccount") or "default"
+            )
+            names = cache.get(
+                ("ServiceAccount", namespace, account),
+                lambda: self._service_account_pull_secrets(namespace, account),
+            )
         configs: list[dict[str, Credentials]] = []
         for name in dict.fromkeys(names):
-            config = self._read_pull_secret(namespace, name)
+            config = cache.get(
+                ("Secret", namespace, name), partial(self._read_pull_secret, namespace, name)
+            )
             if config is not None:
                 configs.append(config)
         return configs
 
     def _service_account_pull_secrets(self, namespace: str, account: str) -> list[str]:
         try:
-            obj = self._call(
+            obj = self._request(
                 f"get ServiceAccount {namespace}/{account}",
-                self._core.read_namespaced_service_account,
-                account,
-                namespace,
+                "GET",
+                f"/api/v1/namespaces/{_segment(namespace)}/serviceaccounts/{_segment(account)}",
             )
         except NotFound:
             log.info(
@@ -221,7 +302,9 @@ class KubeApi:
     def _read_pull_secret(self, namespace: str, name: str) -> dict[str, Credentials] | None:
         what = f"get Secret {namespace}/{name}"
         try:
-            secret = self._call(what, self._core.read_namespaced_secret, name, namespace)
+            secret = self._request(
+                what, "GET", f"/api/v1/namespaces/{_segment(namespace)}/secrets/{_segment(name)}"
+            )
         except NotFound:
             log.warning(
                 "pull secret missing: skipped, as the kubelet skips it",
@@ -254,14 +337,8 @@ class KubeApi:
     def read_policy(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The ImageRefreshPolicy as raw API JSON, or None when it does not exist."""
         try:
-            return self._call(
-                f"get {POLICY_KIND} {namespace}/{name}",
-                self._custom.get_namespaced_custom_object,
-                POLICY_GROUP,
-                POLICY_VERSION,
-                namespace,
-                POLICY_PLURAL,
-                name,
+            return self._request(
+                f"get {POLICY_KIND} {namespace}/{name}", "GET", _policy_path(namespace, name)
             )
         except NotFound:
             return None
@@ -279,31 +356,23 @@ class KubeApi:
             "kind": policy.get("kind") or POLICY_KIND,
             "status": dict(status),
         }
-        return self._call(
+        return self._request(
             f"update {POLICY_KIND} {metadata['namespace']}/{metadata['name']} status",
-            self._custom.replace_namespaced_custom_object_status,
-            POLICY_GROUP,
-            POLICY_VERSION,
-            metadata["namespace"],
-            POLICY_PLURAL,
-            metadata["name"],
-            body,
-            field_manager=FIELD_MANAGER,
+            "PUT",
+            _policy_path(metadata["namespace"], metadata["name"]) + "/status",
+            query=[("fieldManager", FIELD_MANAGER)],
+            body=body,
         )
 
     def annotate_policy(self, namespace: str, name: str, key: str, value: str) -> None:
         """Set one annotation on the policy (a merge patch; other annotations stay)."""
-        self._call(
+        self._request(
             f"patch {POLICY_KIND} {namespace}/{name} annotation {key}",
-            self._custom.patch_namespaced_custom_object,
-            POLICY_GROUP,
-            POLICY_VERSION,
-            namespace,
-            POLICY_PLURAL,
-            name,
-            {"metadata": {"annotations": {key: value}}},
-            field_manager=FIELD_MANAGER,
-            _content_type=MERGE_PATCH,
+            "PATCH",
+            _policy_path(namespace, name),
+            query=[("fieldManager", FIELD_MANAGER)],
+            body={"metadata": {"annotations": {key: value}}},
+            content_type=MERGE_PATCH,
         )
 
     # -- events -------------------------------------------------------------------------------
@@ -317,31 +386,45 @@ class KubeApi:
         name = str(metadata.get("name") or "unknown")
         what = f"create Event {reason} in {namespace} about {regarding.get('kind')} {name}"
         try:
-            body = _event(regarding, namespace, type, reason, message)
-            self._call(
+            self._request(
                 what,
-                self._core.create_namespaced_event,
-                namespace,
-                kubernetes.client.CoreV1Event.from_dict(body),
-                field_manager=FIELD_MANAGER,
+                "POST",
+                f"/api/v1/namespaces/{_segment(namespace)}/events",
+                query=[("fieldManager", FIELD_MANAGER)],
+                body=_event(regarding, namespace, type, reason, message),
+                answer=False,  # the Event as created is of no use to us
             )
         except Exception as error:  # events must never break a tick
             log.warning("event not posted", reason=reason, error=str(translate(error, what=what)))
 
     # -- plumbing -------------------------------------------------------------------------------
 
-    def _call(
-        self, what: str, method: Callable[..., Any], *args: Any, **kwargs: Any
+    def _request(
+        self,
+        what: str,
+        method: str,
+        path: str,
+        *,
+        query: Query = (),
+        body: Any = None,
+        content_type: str = "application/json",
+        answer: bool = True,
     ) -> dict[str, Any]:
-        """Call ``method`` for its raw JSON answer; every failure becomes a KubeError."""
+        """``method`` ``path`` for its raw JSON answer; every failure becomes a KubeError.
+
+        With ``answer=False`` the (successful) answer is read but not parsed: ``{}``.
+        """
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = content_type
         try:
-            response = method(
-                *args, _preload_content=False, _request_timeout=self._timeout, **kwargs
-            )
+            response = _send(self.api_client, method, path, query, headers, body, self._timeout)
             try:
                 data = response.data
             finally:
                 response.release_conn()
+            if not answer:
+                return {}
             parsed = json.loads(data)
         except Exception as error:
             raise translate(error, what=what) from error
@@ -350,13 +433,118 @@ class KubeApi:
         return parsed
 
 
-def _workload_suffix(kind: str) -> str:
+def _send(
+    client: kubernetes.client.ApiClient,
+    method: str,
+    path: str,
+    query: Query,
+    headers: dict[str, str],
+    body: Any,
+    timeout: tuple[float, float],
+) -> Any:
+    """One request through ``client``; the unread urllib3 response of a 2xx answer.
+
+    Anything else raises the ApiException the generated API methods raise. The client's own
+    request path differs between its two generators (``kubernetes`` < 35 and ≥ 35): both
+    are served, exactly as their generated methods call them with ``_preload_content=False``.
+    """
+    params = list(query)
+    if hasattr(client, "param_serialize"):  # openapi-generator ≥ 6.6 (kubernetes ≥ 35)
+        request = client.param_serialize(
+            method=method,
+            resource_path=path,
+            query_params=params,
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        response = client.call_api(*request, _request_timeout=timeout)
+        if not 200 <= response.status <= 299:
+            response.read()  # type: ignore[no-untyped-call]
+            raise ApiException.from_response(http_resp=response, body=None, data=None)
+        return response.response
+    legacy: Any = client  # the legacy generator: non-2xx raises in its REST layer
+    return legacy.call_api(
+        path,
+        method,
+        query_params=params,
+        header_params=headers,
+        body=body,
+        auth_settings=["BearerToken"],
+        _return_http_data_only=True,
+        _preload_content=False,
+        _request_timeout=timeout,
+    )
+
+
+def _selector_query(namespace: str, selector: Mapping[str, Any]) -> str:
     try:
-        return _WORKLOADS[str(kind)]
+        return label_selector(selector)
+    except InvalidSelector as error:
+        raise KubeError(
+            f"list pods in {namespace}: the workload's spec.selector cannot be used ({error}); "
+            "fix the selector"
+        ) from error
+
+
+def _union_query(selectors: Sequence[Mapping[str, Any]]) -> str | None:
+    """``key in (v1,v2,…)`` selecting a superset of every selector's pods; None if there is none.
+
+    Every selector must pin the same ``matchLabels`` key; its values are the union. A single
+    selector needs no union (its own query is exact).
+    """
+    if len(selectors) < 2:
+        return None
+    labels = [dict(selector.get("matchLabels") or {}) for selector in selectors]
+    shared = set(labels[0]).intersection(*labels[1:])
+    if not shared:
+        return None
+    key = "app" if "app" in shared else min(shared)
+    values = sorted({str(found[key]) for found in labels})
+    return f"{key} in ({','.join(values)})"
+
+
+def _labels(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    return (pod.get("metadata") or {}).get("labels") or {}
+
+
+def _matches(selector: Mapping[str, Any], labels: Mapping[str, Any]) -> bool:
+    """Whether ``labels`` satisfy a (valid) metav1.LabelSelector, as the API server judges it."""
+    for key, value in (selector.get("matchLabels") or {}).items():
+        if key not in labels or str(labels[key]) != str(value):
+            return False
+    for expression in selector.get("matchExpressions") or ():
+        key, operator = expression["key"], expression["operator"]
+        values = {str(v) for v in expression.get("values") or ()}
+        present = key in labels
+        if operator == "In" and not (present and str(labels[key]) in values):
+            return False
+        if operator == "NotIn" and present and str(labels[key]) in values:
+            return False
+        if operator == "Exists" and not present:
+            return False
+        if operator == "DoesNotExist" and present:
+            return False
+    return True
+
+
+def _segment(value: str) -> str:
+    """A name as one URL path segment."""
+    return quote(str(value), safe="")
+
+
+def _workload_path(kind: str, namespace: str, name: str) -> str:
+    try:
+        resource = _WORKLOADS[str(kind)]
     except KeyError:
         raise ValueError(
             f"unsupported workload kind {kind!r}: Deployment, DaemonSet or StatefulSet"
         ) from None
+    return f"/apis/apps/v1/namespaces/{_segment(namespace)}/{resource}/{_segment(name)}"
+
+
+def _policy_path(namespace: str, name: str) -> str:
+    return _POLICIES.format(namespace=_segment(namespace)) + f"/{_segment(name)}"
 
 
 def _names(references: Any) -> list[str]:

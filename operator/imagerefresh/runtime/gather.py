@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -19,7 +19,7 @@ from typing import Any
 import structlog
 
 from imagerefresh.credentials import ANONYMOUS, Credentials, credentials_for
-from imagerefresh.kube.api import KubeApi
+from imagerefresh.kube.api import KubeApi, ReadCache
 from imagerefresh.kube.errors import KubeError
 from imagerefresh.models import PolicySpec, PolicyStatus
 from imagerefresh.planner import (
@@ -47,17 +47,26 @@ RESET_ANNOTATION = "images.tracebloc.io/reset"
 
 @dataclass
 class _Read:
-    """One target's raw reads."""
+    """One target's reads, reduced as they arrive to what the rest of the tick keeps.
+
+    The API's objects are large (a Deployment with its managedFields is several KiB of JSON,
+    tens of KiB as Python objects) and a round of many policies ticking together holds all of
+    theirs at once: pods become :class:`ObservedPod` as soon as they are listed, and the
+    workload becomes :class:`Workload` plus a reference (for events) once the reads are done.
+    """
 
     workload: dict[str, Any] | None = None
-    pods: list[dict[str, Any]] = field(default_factory=list)
+    parsed: Workload | None = None
+    pods: tuple[ObservedPod, ...] = ()
     secrets: list[dict[str, Credentials]] = field(default_factory=list)
     error: str | None = None
+    unreadable: str | None = None  # an object the API returned that we cannot read
 
 
 @dataclass(frozen=True)
 class Gathered:
-    """The planner's input plus the raw objects the shell needs afterwards (for events)."""
+    """The planner's input plus what the shell needs afterwards of each workload (for events:
+    its apiVersion, kind and metadata name, namespace, uid and resourceVersion)."""
 
     tick: TickInput
     workloads: Mapping[TargetKey, Mapping[str, Any]]
@@ -76,30 +85,88 @@ def policy_view(policy: Mapping[str, Any]) -> PolicyView:
     )
 
 
-def _read_target(api: KubeApi, key: TargetKey) -> _Read:
+def _read_workload(api: KubeApi, key: TargetKey) -> _Read:
     try:
-        workload = api.read_workload(key.kind, key.namespace, key.name)
-        if workload is None:
-            return _Read()
-        spec = workload["spec"]
-        pods = api.list_pods(key.namespace, spec.get("selector") or {})
-        secrets = api.read_pull_secrets(key.namespace, spec["template"]["spec"])
-        return _Read(workload, pods, secrets)
+        return _Read(api.read_workload(key.kind, key.namespace, key.name))
     except KubeError as error:
         return _Read(error=str(error))
+
+
+def _read_secrets(api: KubeApi, key: TargetKey, read: _Read, cache: ReadCache) -> None:
+    assert read.workload is not None
+    try:
+        pod_spec = read.workload["spec"]["template"]["spec"]
+        read.secrets = api.read_pull_secrets(key.namespace, pod_spec, cache)
+    except KubeError as error:
+        read.error = read.error or str(error)
+
+
+def _read_pods(api: KubeApi, namespace: str, reads: list[_Read]) -> None:
+    selectors = [(read.workload or {})["spec"].get("selector") or {} for read in reads]
+    for read, pods in zip(reads, api.list_pods_of(namespace, selectors), strict=True):
+        if isinstance(pods, KubeError):
+            read.error = str(pods)
+            continue
+        try:
+            read.pods = tuple(ObservedPod.from_api(pod) for pod in pods)
+        except (KeyError, TypeError, ValueError) as error:
+            read.unreadable = _unreadable(error)
+
+
+def _unreadable(error: Exception) -> str:
+    return f"the API returned an object we cannot read: {error!r}"
+
+
+def _reduced(read: _Read) -> _Read:
+    """What the tick keeps of a target's reads (see :class:`_Read`)."""
+    if read.error is not None:
+        return _Read(error=read.error)  # as if nothing was read
+    if read.workload is None:
+        return read
+    try:
+        read.parsed = Workload.from_api(read.workload)
+    except (KeyError, TypeError, ValueError) as error:
+        read.unreadable = _unreadable(error)
+    metadata = read.workload.get("metadata") or {}
+    read.workload = {
+        "apiVersion": read.workload.get("apiVersion"),
+        "kind": read.workload.get("kind"),
+        "metadata": {
+            key: metadata[key]
+            for key in ("name", "namespace", "uid", "resourceVersion")
+            if key in metadata
+        },
+    }
+    return read
 
 
 async def _read_all(
     api: KubeApi, keys: list[TargetKey], concurrency: int
 ) -> dict[TargetKey, _Read]:
+    """Every target's workload, then (concurrently) its pods and pull secrets.
+
+    The tick's reads share a :class:`ReadCache` (each ServiceAccount and pull secret is read
+    once per tick, not once per target) and the pods of one namespace's targets are listed
+    together, in one request when their selectors allow it.
+    """
     gate = asyncio.Semaphore(concurrency)
+    cache = ReadCache()
 
-    async def one(key: TargetKey) -> _Read:
+    async def bounded(call: Callable[..., Any], *args: Any) -> Any:
         async with gate:
-            return await asyncio.to_thread(_read_target, api, key)
+            return await asyncio.to_thread(call, api, *args)
 
-    reads = await asyncio.gather(*(one(key) for key in keys))
-    return dict(zip(keys, reads, strict=True))
+    found = await asyncio.gather(*(bounded(_read_workload, key) for key in keys))
+    reads = dict(zip(keys, found, strict=True))
+    present = {key: read for key, read in reads.items() if read.workload is not None}
+    by_namespace: dict[str, list[_Read]] = {}
+    for key, read in present.items():
+        by_namespace.setdefault(key.namespace, []).append(read)
+    await asyncio.gather(
+        *(bounded(_read_pods, namespace, group) for namespace, group in by_namespace.items()),
+        *(bounded(_read_secrets, key, read, cache) for key, read in present.items()),
+    )
+    return {key: _reduced(read) for key, read in reads.items()}
 
 
 def _evidence(
@@ -109,12 +176,9 @@ def _evidence(
         return TargetEvidence(error=read.error)
     if read.workload is None:
         return TargetEvidence()
-    try:
-        workload = Workload.from_api(read.workload)
-        pods = tuple(ObservedPod.from_api(pod) for pod in read.pods)
-    except (KeyError, TypeError, ValueError) as error:
-        return TargetEvidence(error=f"the API returned an object we cannot read: {error!r}")
-    return TargetEvidence(workload, None, pods, digests, identities)
+    if read.unreadable is not None or read.parsed is None:
+        return TargetEvidence(error=read.unreadable or _unreadable(ValueError("no workload")))
+    return TargetEvidence(read.parsed, None, read.pods, digests, identities)
 
 
 async def gather(
