@@ -6,6 +6,8 @@ never values the client believes.
 
 from __future__ import annotations
 
+import asyncio
+
 import httpx
 import pytest
 import respx
@@ -98,9 +100,53 @@ async def test_one_token_per_scope_per_lifetime(hub_front: HubFront, pusher: Ima
         assert hub_front.counts()[("token", "GET")] == 2  # one per repository scope
         clock.now += 301  # past the lifetime: one fresh token, fetched before the HEAD
         await client.resolve(parse(ref_at(hub_front, "hub/a")))
+        await client.resolve(parse(ref_at(hub_front, "hub/b")))  # renewed along with hub/a
     assert hub_front.counts()[("token", "GET")] == 3
     unauthorized = [r for r in hub_front.served if r.status == 401]
     assert len(unauthorized) == 1  # the challenge is remembered: no 401 per new scope
+
+
+async def test_scopes_that_lapse_together_are_renewed_in_one_token_request(
+    hub_front: HubFront, pusher: ImagePusher
+) -> None:
+    paths = ["hub/one", "hub/two", "hub/three"]
+    pushed = {path: pusher.push(path, "prod", seed=path) for path in paths}
+    clock = FakeClock()
+    async with client_for(hub_front.host, clock=clock) as client:
+        for path in paths:
+            await client.resolve(parse(ref_at(hub_front, path)))
+        clock.now += 301  # every token lapsed, as between two ticks an interval apart
+        mark = len(hub_front.served)
+        found = await asyncio.gather(
+            *(client.resolve(parse(ref_at(hub_front, path))) for path in paths)
+        )
+    assert [r.digest for r in found] == [pushed[path].digest for path in paths]
+    tick = hub_front.served[mark:]
+    tokens = [r for r in tick if r.kind == "token"]
+    assert len(tokens) == 1
+    assert set(tokens[0].scopes) == {f"repository:{path}:pull" for path in paths}
+    assert [(r.method, r.status) for r in tick if r.kind == "manifest"] == [("HEAD", 200)] * 3
+
+
+async def test_a_token_service_refusing_several_scopes_is_asked_for_one(
+    hub_front: HubFront, pusher: ImagePusher
+) -> None:
+    hub_front.single_scope_tokens = True
+    paths = ["strict/one", "strict/two"]
+    pushed = {path: pusher.push(path, "prod", seed=path) for path in paths}
+    clock = FakeClock()
+    async with client_for(hub_front.host, clock=clock) as client:
+        for path in paths:
+            await client.resolve(parse(ref_at(hub_front, path)))
+        clock.now += 301
+        mark = len(hub_front.served)
+        for path in paths:
+            resolution = await client.resolve(parse(ref_at(hub_front, path)))
+            assert resolution.digest == pushed[path].digest
+    tokens = [(len(r.scopes), r.status) for r in hub_front.served[mark:] if r.kind == "token"]
+    # hub/one's renewal names both scopes and is refused, then asks for its own; hub/two's
+    # token was not renewed with it, so it asks for its own.
+    assert tokens == [(2, 403), (1, 200), (1, 200)]
 
 
 async def test_budget_read_back_equals_what_the_front_reported(

@@ -6,7 +6,8 @@ registry and adds what Docker Hub does around it:
 * every ``/v2/`` request without a valid Bearer token is answered 401 with
   ``WWW-Authenticate: Bearer realm="<front>/token",service="registry.test",scope=…``;
 * ``/token`` issues tokens (anonymous, or for the configured users with Basic auth) with an
-  ``expires_in`` lifetime;
+  ``expires_in`` lifetime, for every ``scope`` parameter of the request (as Docker Hub does;
+  ``single_scope_tokens`` refuses requests naming several, as a stricter token service may);
 * manifest responses carry ``ratelimit-limit`` / ``ratelimit-remaining`` (``N;w=SECONDS``) and
   ``docker-ratelimit-source``; only manifest GETs lower the remaining count (HEADs are free);
 * at zero remaining, manifest requests get Docker Hub's JSON 429 with ``Retry-After``.
@@ -42,6 +43,7 @@ class ServedRequest:
     kind: str  # "token", "manifest", "other"
     identity: str
     status: int
+    scopes: tuple[str, ...] = ()  # of a token request, in the order asked
 
 
 @dataclass
@@ -61,11 +63,13 @@ class HubFront:
     token_not_json: bool = False
     delay_seconds: float = 0.0
     fail_status: int | None = None
+    single_scope_tokens: bool = False
 
     served: list[ServedRequest] = field(default_factory=list)
     in_flight: int = 0
     max_in_flight: int = 0
-    _tokens: dict[str, tuple[str, str, float]] = field(default_factory=dict)  # token → identity
+    # token → (identity, granted scopes, expires at)
+    _tokens: dict[str, tuple[str, frozenset[str], float]] = field(default_factory=dict)
     _remaining_by_identity: dict[str, int] = field(default_factory=dict)
     port: int = 0
     _loop: asyncio.AbstractEventLoop | None = None
@@ -151,16 +155,19 @@ class HubFront:
         identity = identity or "anonymous"
         if self.token_not_json:
             return self._record(request, "token", identity, web.Response(text="<html>oops</html>"))
+        scopes = tuple(request.query.getall("scope", []))
+        if self.single_scope_tokens and len(scopes) > 1:
+            refused = web.json_response({"details": "one scope per request"}, status=403)
+            return self._record(request, "token", identity, refused, scopes)
         token = secrets.token_hex(16)
-        scope = request.query.get("scope", "")
-        self._tokens[token] = (identity, scope, time.time() + self.token_lifetime)
+        self._tokens[token] = (identity, frozenset(scopes), time.time() + self.token_lifetime)
         body = {
             "token": token,
             "access_token": token,
             "expires_in": self.token_lifetime,
             "issued_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
-        return self._record(request, "token", identity, web.json_response(body))
+        return self._record(request, "token", identity, web.json_response(body), scopes)
 
     def _authorized_identity(self, request: web.Request, path: str) -> str | None:
         header = request.headers.get("Authorization", "")
@@ -169,8 +176,8 @@ class HubFront:
         entry = self._tokens.get(header[7:])
         if entry is None or time.time() >= entry[2]:
             return None
-        identity, scope, _ = entry
-        return identity if scope == f"repository:{path}:pull" else None
+        identity, scopes, _ = entry
+        return identity if f"repository:{path}:pull" in scopes else None
 
     def _ratelimit_headers(self, identity: str) -> dict[str, str]:
         if self.limit is None:
@@ -252,10 +259,15 @@ class HubFront:
         return self._record(request, kind, identity, response)
 
     def _record(
-        self, request: web.Request, kind: str, identity: str, response: web.Response
+        self,
+        request: web.Request,
+        kind: str,
+        identity: str,
+        response: web.Response,
+        scopes: tuple[str, ...] = (),
     ) -> web.Response:
         self.served.append(
-            ServedRequest(request.method, request.path, kind, identity, response.status)
+            ServedRequest(request.method, request.path, kind, identity, response.status, scopes)
         )
         return response
 

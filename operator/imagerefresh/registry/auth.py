@@ -6,6 +6,7 @@ a ``Basic`` challenge takes the credentials on the request itself. Tokens are ca
 (realm, service, scope, identity) until shortly before they expire, and the challenge is kept
 per registry so that a fresh token is fetched *before* the next request instead of after a
 wasted 401 — in steady state a resolution costs one HEAD, plus one token request per lifetime.
+Scopes whose tokens lapsed together are renewed together, in one token request naming them all.
 """
 
 from __future__ import annotations

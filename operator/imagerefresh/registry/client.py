@@ -67,6 +67,10 @@ MANIFEST_MEDIA_TYPES = (
     "application/vnd.docker.distribution.manifest.v2+json",
 )
 DEFAULT_RETRY_AFTER = 60.0
+# One token request asks for at most this many repository scopes (its URL stays a few KiB).
+MAX_SCOPES_PER_TOKEN = 32
+# A scope not resolved for this long is no longer renewed along with the others.
+SCOPE_MEMORY_SECONDS = 24 * 3600.0
 
 # (registry host, request kind, outcome) → None; the metrics module plugs in here.
 RequestObserver = Callable[[str, RequestKind, str], None]
@@ -169,7 +173,10 @@ class RegistryClient:
         self.tokens = TokenCache()
         self._observer = observer
         self._challenges: dict[str, Challenge] = {}
-        self._token_locks: dict[tuple[str, str, str, str], asyncio.Lock] = {}
+        # Per (realm, service, identity): one token request at a time, and when each scope
+        # was last asked for (the scopes renewed together with the one that lapsed).
+        self._token_locks: dict[tuple[str, str, str], asyncio.Lock] = {}
+        self._scopes_used: dict[tuple[str, str, str], dict[str, float]] = {}
         self._http = httpx.AsyncClient(timeout=timeout, transport=transport, follow_redirects=True)
 
     async def __aenter__(self) -> RegistryClient:
@@ -292,14 +299,53 @@ class RegistryClient:
                 f"{host} sent a Bearer challenge without a realm", registry=host
             )
         key = self._token_key(challenge, scope, credentials)
-        lock = self._token_locks.setdefault(key, asyncio.Lock())
-        async with lock:  # concurrent resolutions of one scope share one token request
+        account = (key[0], key[1], key[3])
+        used = self._scopes_used.setdefault(account, {})
+        used[scope] = self.clock()
+        lock = self._token_locks.setdefault(account, asyncio.Lock())
+        # One token request at a time per account: a resolution whose scope lapsed together
+        # with others finds it renewed by the first one's request.
+        async with lock:
             cached = self.tokens.get(key, self.clock())
             if cached is not None:
                 return cached
-            token, lifetime = await self._fetch_token(challenge, host, scope, credentials)
-            self.tokens.put(key, token, lifetime, self.clock())
+            scopes = self._lapsed_scopes(challenge, scope, credentials)
+            try:
+                token, lifetime = await self._fetch_token(challenge, host, scopes, credentials)
+            except RegistryAuthError:
+                if len(scopes) == 1:
+                    raise
+                # A token service may refuse a request naming a scope it will not grant: the
+                # scope in hand alone then says whether it is ours that is refused.
+                scopes = [scope]
+                token, lifetime = await self._fetch_token(challenge, host, scopes, credentials)
+            for granted in scopes:
+                self.tokens.put(
+                    self._token_key(challenge, granted, credentials), token, lifetime, self.clock()
+                )
             return token
+
+    def _lapsed_scopes(
+        self, challenge: Challenge, scope: str, credentials: Credentials | None
+    ) -> list[str]:
+        """``scope`` and the account's other recently used scopes that have no valid token.
+
+        Tokens of scopes used together lapse together (a tick asks for them all, an interval
+        later): renewing them in one request (the token spec allows several ``scope``
+        parameters) makes a tick cost one token request per registry, not one per repository.
+        """
+        now = self.clock()
+        key = self._token_key(challenge, scope, credentials)
+        used = self._scopes_used[(key[0], key[1], key[3])]
+        for stale in [s for s, at in used.items() if now - at > SCOPE_MEMORY_SECONDS]:
+            del used[stale]
+        others = sorted((s for s in used if s != scope), key=used.__getitem__, reverse=True)
+        lapsed = [
+            other
+            for other in others
+            if self.tokens.get(self._token_key(challenge, other, credentials), now) is None
+        ]
+        return [scope, *lapsed[: MAX_SCOPES_PER_TOKEN - 1]]
 
     @staticmethod
     def _token_key(
@@ -309,7 +355,7 @@ class RegistryClient:
         return (challenge.realm or "", challenge.service or "", scope, identity)
 
     async def _fetch_token(
-        self, challenge: Challenge, host: str, scope: str, credentials: Credentials | None
+        self, challenge: Challenge, host: str, scopes: list[str], credentials: Credentials | None
     ) -> tuple[str, float]:
         assert challenge.realm is not None
         realm = httpx.URL(challenge.realm)
@@ -320,9 +366,9 @@ class RegistryClient:
                 "insecure registry only if that is intended",
                 registry=host,
             )
-        params = {"scope": scope}
+        params = [("scope", scope) for scope in scopes]
         if challenge.service:
-            params["service"] = challenge.service
+            params.append(("service", challenge.service))
         auth = httpx.BasicAuth(credentials.username, credentials.password) if credentials else None
         response = await self._send(
             "GET", str(realm), host, RequestKind.TOKEN, credentials, params=params, auth=auth
