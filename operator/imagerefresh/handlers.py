@@ -1,10 +1,11 @@
 """The kopf wiring: when each policy ticks. Deliberately thin — the ticker does the work.
 
 kopf timers have one fixed interval per handler, but each policy declares its own
-``spec.interval``; so every policy gets a daemon that ticks, then sleeps for its current
-interval — or less, when something worth a prompt tick happens. A raw-event handler (which,
-unlike change handlers, persists nothing on the object) wakes the daemon when the spec's
-generation, the reset annotation or the refresh-now annotation changes.
+``spec.interval``; so every policy gets a daemon that ticks, then sleeps until the next instant
+of its interval's grid (:mod:`imagerefresh.runtime.schedule`: policies of one interval tick
+together and share registry answers) — or less, when something worth a prompt tick happens.
+A raw-event handler (which, unlike change handlers, persists nothing on the object) wakes the
+daemon when the spec's generation, the reset annotation or the refresh-now annotation changes.
 
 Handlers are registered on a registry built by :func:`build_registry`, never at import time;
 kopf's own bookkeeping lives in annotations under ``images.tracebloc.io`` (our CRD's status
@@ -17,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +28,7 @@ import kopf
 from imagerefresh.kube.errors import KubeError, KubeUnavailable
 from imagerefresh.models import PolicySpec, parse_duration
 from imagerefresh.runtime.gather import RESET_ANNOTATION
+from imagerefresh.runtime.schedule import random_phase, seconds_until_next_tick
 from imagerefresh.runtime.ticker import PolicyTicker
 
 __all__ = ["GROUP", "PLURAL", "REFRESH_NOW_ANNOTATION", "VERSION", "Runtime", "build_registry"]
@@ -41,6 +44,7 @@ class Runtime:
     """What every handler shares (kopf hands each object a shallow copy: the dicts are shared)."""
 
     ticker: PolicyTicker
+    phase: float = field(default_factory=random_phase)  # of every policy's tick grid
     wakeups: dict[str, asyncio.Event] = field(default_factory=dict)
     triggers: dict[str, tuple[Any, ...]] = field(default_factory=dict)
 
@@ -114,7 +118,8 @@ def build_registry() -> kopf.OperatorRegistry:
             except KubeError as error:
                 raise kopf.TemporaryError(f"{error}", delay=RETRY_DELAY) from error
             # The daemon's body is a live view: a changed interval takes effect at once.
+            delay = seconds_until_next_tick(_interval(body), time.time(), memo.phase)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wake.wait(), timeout=_interval(body))
+                await asyncio.wait_for(wake.wait(), timeout=delay)
 
     return registry
