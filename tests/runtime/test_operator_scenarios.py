@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -543,7 +545,7 @@ def test_a_cross_namespace_target_is_refused_unless_the_operator_allows_the_pair
     agents = f"{ns[:50]}-agents"
     cluster.kubectl("create", "namespace", agents)
     try:
-        pusher.push(f"{ns}/agent", "prod", seed="x")
+        pushed = pusher.push(f"{ns}/agent", "prod", seed="x")
         tag = f"{reg}/{ns}/agent:prod"
         cluster.apply(deployment("resource-monitor", {"agent": tag}, replicas=1), namespace=agents)
         remote = {**target("resource-monitor", agent=tag), "namespace": agents}
@@ -557,9 +559,12 @@ def test_a_cross_namespace_target_is_refused_unless_the_operator_allows_the_pair
         operator.stop()
         operator.extra_args = ("--allow-namespace-pair", f"{ns}={agents}")
         operator.start()
-        operator.tick(ns, "control-plane")
-        assert target_status(cluster, ns, "resource-monitor")["phase"] == "Refreshing"
-        assert "@sha256:" in images(cluster, agents, "resource-monitor")["agent"]
+        operator.wait_first_tick(ns, "control-plane")
+        # The start-up tick patches; the rollout may finish before we read the status.
+        assert target_status(cluster, ns, "resource-monitor")["phase"] in ("Refreshing", "Current")
+        assert images(cluster, agents, "resource-monitor") == {
+            "agent": f"{reg}/{ns}/agent@{pushed.digest}"
+        }
     finally:
         operator.stop()
         operator.extra_args = ()
@@ -596,6 +601,42 @@ def test_metrics_liveness_and_json_logs_are_served(
         r for r in records if r.get("event") == "tick" and r.get("policy") == f"{ns}/control-plane"
     )
     assert tick["patched"] == [f"Deployment {ns}/app"]
+
+
+def _tick_times(operator: Operator, policy_key: str) -> list[datetime]:
+    records = [json.loads(line) for line in operator.log().splitlines() if line.strip()]
+    return [
+        datetime.fromisoformat(r["timestamp"].replace("Z", "+00:00"))
+        for r in records
+        if r.get("event") == "tick" and r.get("policy") == policy_key
+    ]
+
+
+def test_policies_of_one_interval_created_apart_tick_at_the_same_instant(
+    operator: Operator,
+    cluster: Cluster,
+    pusher: ImagePusher,
+    policy_namespace: str,
+) -> None:
+    ns, reg = policy_namespace, operator.registry
+    pusher.push(f"{ns}/grid", "prod", seed="grid")
+    tag = f"{reg}/{ns}/grid:prod"
+    for name in ("early", "late"):
+        cluster.apply(deployment(name, {"app": tag}, replicas=1), namespace=ns)
+    cluster.apply(policy("early", target("early", app=tag), interval="30s"), namespace=ns)
+    operator.wait_first_tick(ns, "early")
+    time.sleep(3)  # the second policy's start-up tick comes seconds after the first's
+    cluster.apply(policy("late", target("late", app=tag), interval="30s"), namespace=ns)
+    eventually(
+        lambda: len(_tick_times(operator, f"{ns}/late")) >= 2,
+        timeout=45,
+        what="the second policy's first scheduled tick",
+    )
+    time.sleep(1)
+    early, late = _tick_times(operator, f"{ns}/early"), _tick_times(operator, f"{ns}/late")
+    assert (late[0] - early[0]).total_seconds() >= 2  # they started apart...
+    # ...and the late one's first scheduled tick is one of the early one's.
+    assert min(abs((late[1] - tick).total_seconds()) for tick in early[1:]) < 1
 
 
 def test_a_refresh_still_unsettled_at_rollout_timeout_fails_and_is_rolled_back(
