@@ -97,6 +97,11 @@ class Metrics:
             ["namespace", "policy"],
             registry=r,
         )
+        self.events_dropped = Counter(
+            "imagerefresh_events_dropped",
+            "Events not posted because the backlog of events to post was full",
+            registry=r,
+        )
 
     def serve(self, port: int, address: str = "0.0.0.0") -> None:
         start_http_server(port, addr=address, registry=self.registry)

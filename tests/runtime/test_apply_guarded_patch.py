@@ -14,6 +14,7 @@ from imagerefresh.registry import RegistryClient
 from imagerefresh.resolver import SharedResolver
 from imagerefresh.runtime.apply import apply_plan
 from imagerefresh.runtime.config import OperatorConfig
+from imagerefresh.runtime.events import EventRecorder
 from imagerefresh.runtime.gather import gather
 from imagerefresh.runtime.ticker import PolicyTicker
 
@@ -48,7 +49,8 @@ async def test_a_concurrent_edit_between_read_and_patch_is_refused_and_retried_n
     hotfix = f"{registry}/{ns}/app:hotfix"
     cluster.kubectl("set", "image", "-n", ns, "deployment/app", f"app={hotfix}")
 
-    applied = await apply_plan(plan, policy, gathered, api, now)
+    events = EventRecorder(api)
+    applied = await apply_plan(plan, policy, gathered, api, now, events)
     assert applied.refused == list(plan.patches)
     assert applied.patched == []
     stored = cluster.get("deployment", "app", "-n", ns)
@@ -58,6 +60,9 @@ async def test_a_concurrent_edit_between_read_and_patch_is_refused_and_retried_n
     assert target.refresh_attempts == 0
     assert "nothing was overwritten" in target.message
     assert [e.reason for e in applied.events] == ["PatchConflict"]
+    assert events.wait_idle(30)
+    posted = cluster.get("events", "-n", ns, "--field-selector", "involvedObject.name=app")
+    assert "PatchConflict" in [e["reason"] for e in posted["items"]]
     written = cluster.get("irp", "control-plane", "-n", ns)["status"]
     assert written["targets"][0].get("pending") is None
 

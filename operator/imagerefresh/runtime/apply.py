@@ -29,6 +29,7 @@ from imagerefresh.planner import (
     reasons,
     revise_target,
 )
+from imagerefresh.runtime.events import EventRecorder
 from imagerefresh.runtime.gather import Gathered
 
 __all__ = ["Applied", "apply_plan"]
@@ -60,24 +61,34 @@ def _reverted(
     return base.model_copy(update={"pending": None, "message": message})
 
 
+def _try_patch(api: KubeApi, patch: ImagePatch) -> tuple[str, str] | None:
+    """Apply one guarded patch; None when it landed, else why not (reason, message)."""
+    try:
+        api.patch_images(patch)
+    except PreconditionFailed as error:
+        return reasons.PATCH_CONFLICT, (
+            f"{patch.target} changed between our read and our patch ({error}); "
+            "nothing was overwritten, it is read again next tick"
+        )
+    except KubeError as error:
+        return "PatchFailed", f"could not patch {patch.target}: {error}"
+    return None
+
+
 async def _patch(
     api: KubeApi, plan: Plan, gathered: Gathered, now: datetime, applied: Applied
 ) -> None:
     view = gathered.tick.policy
-    for patch in plan.patches:
-        try:
-            await asyncio.to_thread(api.patch_images, patch)
+    # Each patch is guarded on its own workload's images and no two name one workload: they
+    # run concurrently, and what each outcome changes is then applied in the plan's order.
+    outcomes = await asyncio.gather(
+        *(asyncio.to_thread(_try_patch, api, patch) for patch in plan.patches)
+    )
+    for patch, refusal in zip(plan.patches, outcomes, strict=True):
+        if refusal is None:
             applied.patched.append(patch)
             continue
-        except PreconditionFailed as error:
-            reason = reasons.PATCH_CONFLICT
-            message = (
-                f"{patch.target} changed between our read and our patch ({error}); "
-                "nothing was overwritten, it is read again next tick"
-            )
-        except KubeError as error:
-            reason = "PatchFailed"
-            message = f"could not patch {patch.target}: {error}"
+        reason, message = refusal
         applied.refused.append(patch)
         announced = {reasons.REFRESHING, reasons.ROLLING_BACK}
         applied.events = [
@@ -90,14 +101,15 @@ async def _patch(
             )
 
 
-def _post_events(
-    api: KubeApi, policy: Mapping[str, Any], gathered: Gathered, events: list[Event]
+def _record_events(
+    recorder: EventRecorder, policy: Mapping[str, Any], gathered: Gathered, events: list[Event]
 ) -> None:
+    """Each event about the policy and, when it concerns a target, about that workload too."""
     for event in events:
-        api.post_event(policy, event.type, event.reason, event.message)
+        recorder.record(policy, event.type, event.reason, event.message)
         workload = gathered.workloads.get(event.target) if event.target is not None else None
         if workload is not None:
-            api.post_event(workload, event.type, event.reason, event.message)
+            recorder.record(workload, event.type, event.reason, event.message)
 
 
 def _write_status(api: KubeApi, policy: Mapping[str, Any], status: PolicyStatus) -> bool:
@@ -125,11 +137,16 @@ def _write_status(api: KubeApi, policy: Mapping[str, Any], status: PolicyStatus)
 
 
 async def apply_plan(
-    plan: Plan, policy: Mapping[str, Any], gathered: Gathered, api: KubeApi, now: datetime
+    plan: Plan,
+    policy: Mapping[str, Any],
+    gathered: Gathered,
+    api: KubeApi,
+    now: datetime,
+    events: EventRecorder,
 ) -> Applied:
-    """Apply ``plan`` to the cluster; returns what was done."""
+    """Apply ``plan`` to the cluster; returns what was done (its events are on their way)."""
     applied = Applied(status=plan.status, events=list(plan.events))
     await _patch(api, plan, gathered, now, applied)
-    await asyncio.to_thread(_post_events, api, policy, gathered, applied.events)
     applied.status_written = await asyncio.to_thread(_write_status, api, policy, applied.status)
+    _record_events(events, policy, gathered, applied.events)
     return applied

@@ -24,6 +24,7 @@ from imagerefresh.ratelimit import RateLimitLedger
 from imagerefresh.resolver import SharedResolver
 from imagerefresh.runtime.apply import Applied, apply_plan
 from imagerefresh.runtime.config import OperatorConfig
+from imagerefresh.runtime.events import EventRecorder
 from imagerefresh.runtime.gather import Gathered, gather
 
 __all__ = ["PolicyTicker", "TickOutcome"]
@@ -50,10 +51,12 @@ class PolicyTicker:
         ledger: RateLimitLedger,
         config: OperatorConfig,
         metrics: Metrics,
+        events: EventRecorder | None = None,
         clock: Callable[[], datetime] = _utcnow,
     ) -> None:
         self.api, self.resolver, self.ledger = api, resolver, ledger
         self.config, self.metrics, self.clock = config, metrics, clock
+        self.events = events if events is not None else EventRecorder(api)
 
     async def _gather(self, policy: dict[str, object], now: datetime) -> Gathered:
         return await gather(
@@ -92,7 +95,7 @@ class PolicyTicker:
                 )
                 return None
             plan = plan_tick(gathered.tick)
-            applied = await apply_plan(plan, policy, gathered, self.api, now)
+            applied = await apply_plan(plan, policy, gathered, self.api, now, self.events)
             self._record(namespace, name, gathered, applied)
             outcome = "ok"
             return TickOutcome(plan, applied)
