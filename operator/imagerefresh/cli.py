@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -35,6 +36,7 @@ from imagerefresh.reference import InvalidReference, parse
 from imagerefresh.registry import RegistryClient, RegistryError, Resolution
 from imagerefresh.resolver import SharedResolver
 from imagerefresh.runtime.config import OperatorConfig, parse_namespace_pairs
+from imagerefresh.runtime.events import EventRecorder
 from imagerefresh.runtime.gather import RESET_ANNOTATION, Gathered
 from imagerefresh.runtime.render import render_plan
 from imagerefresh.runtime.ticker import PolicyTicker
@@ -195,8 +197,11 @@ def _runtime_parts(
         window=config.resolution_window,
         concurrency_per_registry=config.concurrency_per_registry,
     )
-    api = KubeApi.from_environment(kubeconfig)
-    return PolicyTicker(api=api, resolver=resolver, ledger=ledger, config=config, metrics=metrics)
+    api = KubeApi.from_environment(kubeconfig, connections=config.kube_concurrency)
+    events = EventRecorder(api, on_dropped=metrics.events_dropped.inc)
+    return PolicyTicker(
+        api=api, resolver=resolver, ledger=ledger, config=config, metrics=metrics, events=events
+    )
 
 
 kubeconfig_option = click.option(
@@ -283,8 +288,15 @@ def run(
     runtime = Runtime(ticker=_runtime_parts(kubeconfig, insecure_registries, config, metrics))
     settings = kopf.OperatorSettings()
     settings.scanning.disabled = not scanning
-    asyncio.run(
-        kopf.operator(
+
+    async def operate() -> None:
+        # Every Kubernetes request is a blocking call on the loop's default executor, whose
+        # size would otherwise follow the CPU count (6 threads on 2 cores): with many policies
+        # ticking together the requests, not the API server, would queue.
+        asyncio.get_running_loop().set_default_executor(
+            ThreadPoolExecutor(config.kube_concurrency, thread_name_prefix="imagerefresh-io")
+        )
+        await kopf.operator(
             registry=build_registry(),
             settings=settings,
             memo=runtime,
@@ -297,7 +309,8 @@ def run(
             peering_name=None if standalone else peering_name,
             liveness_endpoint=f"http://{bind_address}:{liveness_port}/healthz",
         )
-    )
+
+    asyncio.run(operate())
 
 
 @main.command()

@@ -70,6 +70,7 @@ JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"
 DEFAULT_TIMEOUT = (5.0, 30.0)  # (connect, read) seconds: a hung API server never hangs a tick
 _PAGE = 500
+DEFAULT_CONNECTIONS = 16
 
 # kind → its resource under /apis/apps/v1
 _WORKLOADS = {"Deployment": "deployments", "DaemonSet": "daemonsets", "StatefulSet": "statefulsets"}
@@ -127,13 +128,18 @@ class KubeApi:
         self._timeout = timeout
 
     @classmethod
-    def from_environment(cls, kubeconfig: str | None = None) -> KubeApi:
+    def from_environment(
+        cls, kubeconfig: str | None = None, *, connections: int = DEFAULT_CONNECTIONS
+    ) -> KubeApi:
         """In a pod, its ServiceAccount; else ``kubeconfig``, ``$KUBECONFIG`` or ~/.kube/config.
 
         An explicit ``kubeconfig`` always wins. ``kubeconfig`` may list several files separated
         by ``os.pathsep``, as ``$KUBECONFIG`` may. The kubeconfig is never written back.
+        ``connections`` is how many requests may be in flight at once (one per calling thread):
+        the client keeps that many connections open to the API server.
         """
         configuration = kubernetes.client.Configuration()
+        configuration.connection_pool_maxsize = connections
         try:
             if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
                 kubernetes.config.load_incluster_config(  # type: ignore[no-untyped-call]

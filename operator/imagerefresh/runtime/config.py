@@ -36,5 +36,6 @@ class OperatorConfig:
     resolution_window: float = 10.0
     registry_timeout: float = 10.0
     concurrency_per_registry: int = 4
-    # Kubernetes reads of one tick run on this many threads (the official client is sync).
+    # Kubernetes requests run on this many threads (the official client is sync), each with its
+    # own connection; one tick's reads use at most this many at once.
     kube_concurrency: int = 16
