@@ -18,7 +18,9 @@ from pathlib import Path
 
 import click
 import kopf
+import structlog
 
+from imagerefresh.allocator import tune_allocator
 from imagerefresh.credentials import (
     Credentials,
     InvalidDockerConfig,
@@ -270,10 +272,12 @@ def run(
     if globs and not scanning:
         # kopf would silently drop them: without scanning it serves exact names only.
         raise click.UsageError(f"--no-scanning serves exact namespaces only, not {globs}")
+    tuned = tune_allocator()  # before any thread exists: the arena limit binds new threads
     if logging.getLogger().level > logging.INFO:
         configure_logging("INFO", "auto")
     # kopf reports every raw-event handler call at INFO; our own tick line says what matters.
     logging.getLogger("kopf.objects").setLevel(max(logging.WARNING, logging.getLogger().level))
+    structlog.get_logger(__name__).info("allocator tuned", **tuned)
     try:
         pairs = parse_namespace_pairs(namespace_pairs)
     except ValueError as error:
@@ -285,7 +289,11 @@ def run(
     )
     metrics = Metrics()
     metrics.serve(metrics_port, bind_address)
-    runtime = Runtime(ticker=_runtime_parts(kubeconfig, insecure_registries, config, metrics))
+    try:
+        ticker = _runtime_parts(kubeconfig, insecure_registries, config, metrics)
+    except KubeError as error:
+        raise click.ClickException(str(error)) from error
+    runtime = Runtime(ticker=ticker)
     settings = kopf.OperatorSettings()
     settings.scanning.disabled = not scanning
 

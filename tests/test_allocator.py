@@ -1,0 +1,74 @@
+"""The allocator tuning: memory freed after a burst of TLS-sized buffers goes back to the system."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+# A burst like kopf's and the operator's connections at start-up: threads each holding forty
+# 256 KiB buffers (asyncio's per-TLS-connection size), with small objects outliving them.
+BURST = textwrap.dedent(
+    """
+    import re, sys, threading
+    if sys.argv[1] == "tuned":
+        from imagerefresh.allocator import tune_allocator
+        tune_allocator()
+
+    def rss_kib():
+        return int(re.search(r"VmRSS:\\s+(\\d+)", open("/proc/self/status").read()).group(1))
+
+    survivors = []
+    def burst():
+        buffers = [bytearray(256 * 1024) for _ in range(40)]
+        survivors.extend(bytes(64) for _ in buffers)
+        del buffers
+
+    before = rss_kib()
+    threads = [threading.Thread(target=burst) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for _ in range(3):
+        burst()
+    print(rss_kib() - before)
+    """
+)
+
+
+def retained_kib(mode: str) -> int:
+    answer = subprocess.run(
+        [sys.executable, "-c", BURST, mode],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return int(answer.stdout)
+
+
+def test_after_a_burst_of_large_buffers_the_tuned_process_keeps_almost_nothing() -> None:
+    untuned = retained_kib("plain")
+    tuned = retained_kib("tuned")
+    assert untuned > 4096  # the default keeps megabytes of freed buffers...
+    assert tuned < untuned / 8  # ...the tuned allocator gives them back
+
+
+def tuning_in_a_fresh_process(**malloc_env: str) -> str:
+    script = "from imagerefresh.allocator import tune_allocator; print(tune_allocator())"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")} | malloc_env
+    answer = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, env=env
+    )
+    return answer.stdout.strip()
+
+
+def test_both_settings_are_applied_on_glibc() -> None:
+    assert tuning_in_a_fresh_process() == (
+        "{'MALLOC_ARENA_MAX': 2, 'MALLOC_MMAP_THRESHOLD_': 131072}"
+    )
+
+
+def test_an_explicit_malloc_environment_variable_wins() -> None:
+    assert tuning_in_a_fresh_process(MALLOC_ARENA_MAX="4") == "{'MALLOC_MMAP_THRESHOLD_': 131072}"
