@@ -39,3 +39,5 @@ class OperatorConfig:
     # Kubernetes requests run on this many threads (the official client is sync), each with its
     # own connection; one tick's reads use at most this many at once.
     kube_concurrency: int = 16
+    # Policy ticks running at once (the others wait for a slot).
+    tick_concurrency: int = 8

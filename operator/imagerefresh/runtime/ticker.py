@@ -57,6 +57,7 @@ class PolicyTicker:
         self.api, self.resolver, self.ledger = api, resolver, ledger
         self.config, self.metrics, self.clock = config, metrics, clock
         self.events = events if events is not None else EventRecorder(api)
+        self._slots = asyncio.Semaphore(config.tick_concurrency)
 
     async def _gather(self, policy: dict[str, object], now: datetime) -> Gathered:
         return await gather(
@@ -77,7 +78,17 @@ class PolicyTicker:
         return gathered, plan_tick(gathered.tick)
 
     async def tick(self, namespace: str, name: str) -> TickOutcome | None:
-        """Run one tick of the policy; None when it no longer exists."""
+        """Run one tick of the policy, when a slot is free; None when it no longer exists.
+
+        Policies on one interval tick at the same instant (:mod:`.schedule`); the slots bound
+        how many run at once, and so how many ticks' API objects are held in memory at once
+        — never more work for the API server than it can take, never a heap sized for the
+        whole fleet.
+        """
+        async with self._slots:
+            return await self._tick(namespace, name)
+
+    async def _tick(self, namespace: str, name: str) -> TickOutcome | None:
         started = time.monotonic()
         outcome = "error"
         try:
