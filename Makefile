@@ -39,8 +39,8 @@ binaries:
 	e2e/build-binaries
 
 lint: setup
-	$(BIN)/ruff check operator tests e2e e2e/local
-	$(BIN)/ruff format --check operator tests e2e e2e/local
+	$(BIN)/ruff check operator tests e2e e2e/local bench
+	$(BIN)/ruff format --check operator tests e2e e2e/local bench
 
 types: setup
 	$(BIN)/mypy
@@ -58,6 +58,11 @@ test: setup binaries lint types contracts
 # The main job, narrated: see e2e/demo.py. Uses $$KUBECONFIG when set, else the local cluster.
 demo: setup binaries
 	$(BIN)/python e2e/demo.py
+
+# Figures against SPEC §10 on its own local environment (.e2e-bench/); see bench/run.py.
+.PHONY: bench
+bench: setup binaries
+	$(BIN)/python bench/run.py
 
 clean:
 	-e2e/local down

@@ -1,0 +1,121 @@
+"""API cost, read from kube-apiserver's own ``apiserver_request_total`` (by verb and resource).
+
+The counter has no user label, so the bench isolates the operator by what only it does while
+the window is open (its ticks) and by request kind:
+
+* reads: GET and LIST of the objects a tick reads (workloads, pods, service accounts, secrets,
+  policies). The controllers and kwok read through watches (WATCH is left out: a watch is one
+  long request, counted when it ends).
+* writes: PATCH of a workload (controllers write workloads with PUT), PUT of a policy's status,
+  PATCH of a policy less the bench's own ``refresh-now`` bumps (counted and subtracted), and
+  POST of an Event — the controllers post Events too while a rollout runs, so the operator's
+  share is the number of new Events whose reporting component is ``imagerefresh``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import kubernetes.client
+from harness import parse_prometheus
+
+from support.cluster_env import Cluster
+
+__all__ = ["ApiWindow", "Cost", "measure"]
+
+READ_RESOURCES = {
+    "deployments",
+    "daemonsets",
+    "statefulsets",
+    "pods",
+    "serviceaccounts",
+    "secrets",
+    "imagerefreshpolicies",
+}
+WORKLOADS = {"deployments", "daemonsets", "statefulsets"}
+RequestKey = tuple[str, str, str]  # verb, resource, subresource
+
+
+def scrape(cluster: Cluster) -> Counter[RequestKey]:
+    text = cluster.kubectl("get", "--raw", "/metrics", timeout=60).stdout
+    counts: Counter[RequestKey] = Counter()
+    for (name, labels), value in parse_prometheus(text).items():
+        if name != "apiserver_request_total":
+            continue
+        found = dict(labels)
+        key = (found.get("verb", ""), found.get("resource", ""), found.get("subresource", ""))
+        counts[key] += int(value)
+    return counts
+
+
+def _operator_events(core: kubernetes.client.CoreV1Api) -> set[str]:
+    names = set()
+    for event in core.list_event_for_all_namespaces(limit=5000).items:
+        component = event.reporting_component or (event.source.component if event.source else "")
+        if component == "imagerefresh":
+            names.add(f"{event.metadata.namespace}/{event.metadata.name}")
+    return names
+
+
+@dataclass
+class Cost:
+    """Operator API requests in a window, by (verb, resource/subresource)."""
+
+    reads: Counter[str] = field(default_factory=Counter)
+    writes: Counter[str] = field(default_factory=Counter)
+    ticks: int = 0
+
+    def add(self, other: Cost) -> None:
+        self.reads.update(other.reads)
+        self.writes.update(other.writes)
+        self.ticks += other.ticks
+
+    @property
+    def read_total(self) -> int:
+        return sum(self.reads.values())
+
+    @property
+    def write_total(self) -> int:
+        return sum(self.writes.values())
+
+    def per_tick(self, counts: Counter[str]) -> str:
+        ticks = max(self.ticks, 1)
+        return ", ".join(f"{k} {v / ticks:.2g}" for k, v in sorted(counts.items()) if v) or "none"
+
+
+@dataclass
+class ApiWindow:
+    cluster: Cluster
+    core: kubernetes.client.CoreV1Api
+    bumps: Callable[[], int]  # how many refresh-now PATCHes the bench has sent so far
+
+    def measure(self, ticks: int, action: Callable[[], object]) -> Cost:
+        """Run ``action`` (which makes ``ticks`` policy ticks) between two scrapes."""
+        events_before = _operator_events(self.core)
+        bumps_before = self.bumps()
+        before = scrape(self.cluster)
+        action()
+        after = scrape(self.cluster)
+        bumps = self.bumps() - bumps_before
+        events = len(_operator_events(self.core) - events_before)
+        delta = after - before
+        cost = Cost(ticks=ticks)
+        for (verb, resource, sub), count in delta.items():
+            what = f"{verb} {resource}{'/' + sub if sub else ''}"
+            if verb in ("GET", "LIST") and resource in READ_RESOURCES:
+                cost.reads[what] += count
+            elif verb == "PATCH" and resource in WORKLOADS and not sub:
+                cost.writes[what] += count
+            elif resource == "imagerefreshpolicies" and verb in ("PUT", "PATCH", "POST", "DELETE"):
+                mine = bumps if (verb == "PATCH" and not sub) else 0
+                if count - mine:
+                    cost.writes[what] += count - mine
+        if events:
+            cost.writes["POST events"] += events
+        return cost
+
+
+def measure(window: ApiWindow, ticks: int, action: Callable[[], object]) -> Cost:
+    return window.measure(ticks, action)

@@ -1,0 +1,826 @@
+"""``make bench``: the operator measured against SPEC §10's targets and the CronJob it replaces.
+
+It brings up its own local environment (``e2e/local up`` with the state dir ``.e2e-bench/``), a
+Docker-Hub-like front that counts every registry request, and ``imagerefresh run`` with the
+production resolution window; runs the five measurements of issue 7; prints one table with
+every figure, its target and, where there is one, the baseline and the ratio to it; and tears
+everything down. Sizes are environment variables (see ``Config``) so that a development run can
+be small; the defaults are the issue's.
+
+    make bench                                   # the full run (about 30 minutes on 2 cores)
+    BENCH_SOAK_SECONDS=120 BENCH_PUSHES=4 make bench   # a shorter soak
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, cast
+
+import kubernetes.client
+from apiserver import ApiWindow, Cost
+from fleet import EDGE_AGENTS, EDGE_CP, EDGE_IMAGES, Fleet, edge_policy, edge_workloads
+from harness import (
+    CRD,
+    REPO,
+    Environment,
+    HubFront,
+    OperatorRun,
+    Patched,
+    Triggers,
+    api_client,
+    cpu_seconds,
+    note,
+    rss_kib,
+    wait_for,
+)
+
+from support.cluster_env import Cluster
+from support.registry_env import ImagePusher
+
+KOPF = Path(sys.executable).with_name("kopf")
+BARE_OPERATOR = Path(__file__).resolve().with_name("bare_operator.py")
+BARE_DAEMONS = Path(__file__).resolve().with_name("bare_daemon_operator.py")
+WINDOW = 10.0  # imagerefresh run's default --resolution-window, which the bench keeps
+HUB_TOKEN_LIFETIME = 300  # Docker Hub's anonymous pull tokens live 300 s
+LAPSED_TOKEN_LIFETIME = 5  # shorter than the spacing of measured ticks: every tick needs one
+
+
+def _int(name: str, default: int) -> int:
+    return int(os.environ.get(name) or default)
+
+
+@dataclass(frozen=True)
+class Config:
+    policies: int = field(default_factory=lambda: _int("BENCH_POLICIES", 100))
+    targets: int = field(default_factory=lambda: _int("BENCH_TARGETS", 5))
+    references: int = field(default_factory=lambda: _int("BENCH_REFERENCES", 20))
+    namespaces: int = field(default_factory=lambda: _int("BENCH_NAMESPACES", 10))
+    replicas: int = field(default_factory=lambda: _int("BENCH_REPLICAS", 1))
+    ticks: int = field(default_factory=lambda: _int("BENCH_TICKS", 5))
+    changes: int = field(default_factory=lambda: _int("BENCH_CHANGES", 3))
+    scale_rounds: int = field(default_factory=lambda: _int("BENCH_SCALE_ROUNDS", 3))
+    soak_seconds: int = field(default_factory=lambda: _int("BENCH_SOAK_SECONDS", 600))
+    pushes: int = field(default_factory=lambda: _int("BENCH_PUSHES", 20))
+    interval: int = field(default_factory=lambda: _int("BENCH_INTERVAL", 30))
+    state: Path = field(
+        default_factory=lambda: Path(os.environ.get("BENCH_STATE") or REPO / ".e2e-bench")
+    )
+    # Logs and samples outlive the environment (whose state dir `e2e/local down` removes).
+    logs: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="imagerefresh-bench-")))
+    # For development only: parts to leave out (edge, scale, soak).
+    skip: frozenset[str] = field(
+        default_factory=lambda: frozenset(filter(None, os.environ.get("BENCH_SKIP", "").split(",")))
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The table
+
+
+@dataclass
+class Row:
+    section: str
+    figure: str
+    measured: str
+    target: str = ""
+    baseline: str = ""
+    ratio: str = ""
+    verdict: str = ""
+
+
+@dataclass
+class Table:
+    rows: list[Row] = field(default_factory=list)
+
+    def add(self, *args: str, ok: bool | None = None) -> None:
+        row = Row(*args)
+        if ok is not None:
+            row.verdict = "met" if ok else "MISSED"
+        self.rows.append(row)
+        note(f"{row.section} | {row.figure}: {row.measured} {row.verdict}")
+
+    def render(self) -> str:
+        head = ("", "figure", "measured", "target", "baseline (CronJob)", "ratio", "")
+        cells = [head] + [
+            (r.section, r.figure, r.measured, r.target, r.baseline, r.ratio, r.verdict)
+            for r in sorted(self.rows, key=lambda r: r.section.split(" ")[0])
+        ]
+        lines = ["| " + " | ".join(c.replace("|", "/") for c in row) + " |" for row in cells]
+        lines.insert(1, "|" + "|".join("---" for _ in head) + "|")
+        return "\n".join(lines)
+
+
+def _fmt(value: float, digits: int = 1) -> str:
+    text = f"{value:.{digits}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def _ratio(measured: float, baseline: float) -> str:
+    return f"{measured / baseline:.2f}x" if baseline else ""
+
+
+@dataclass
+class Round:
+    """Policies triggered together: when each trigger was answered and each tick ended."""
+
+    triggered: dict[str, float]  # "namespace/name" → wall time
+    ends: dict[str, float]
+    patched: list[Patched]
+
+    @property
+    def started(self) -> float:
+        return min(self.triggered.values())
+
+    @property
+    def span(self) -> float:
+        """First trigger → last tick done."""
+        return max(self.ends.values()) - self.started
+
+    def per_policy(self) -> list[float]:
+        return [self.ends[p] - at for p, at in self.triggered.items() if p in self.ends]
+
+
+# ---------------------------------------------------------------------------------------------
+# Registry counting
+
+
+def classify(kind: str, method: str) -> str:
+    if kind == "token":
+        return "token"
+    if kind == "manifest":
+        return method  # HEAD or GET
+    return "other"
+
+
+def registry_counts(front: HubFront, since: int) -> Counter[str]:
+    counts: Counter[str] = Counter()
+    for served in list(front.served[since:]):
+        counts[classify(served.kind, served.method)] += 1
+    return counts
+
+
+def per_tick_text(counts: Counter[str], ticks: float) -> str:
+    parts = [f"{k} {_fmt(counts.get(k, 0) / ticks, 2)}" for k in ("token", "HEAD", "GET")]
+    if counts.get("other"):
+        parts.append(f"other {_fmt(counts['other'] / ticks, 2)}")
+    return ", ".join(parts)
+
+
+# ---------------------------------------------------------------------------------------------
+# The bench
+
+
+class Bench:
+    def __init__(self, config: Config, env: Environment, cluster: Cluster) -> None:
+        self.config, self.env, self.cluster = config, env, cluster
+        self.table = Table()
+        self.client = api_client(cluster)
+        self.core = kubernetes.client.CoreV1Api(self.client)
+        self.apps = kubernetes.client.AppsV1Api(self.client)
+        self.custom = kubernetes.client.CustomObjectsApi(self.client)
+        self.triggers = Triggers(self.client)
+        self.front = HubFront(env.registry, limit=None, token_lifetime=LAPSED_TOKEN_LIFETIME)
+        self.pusher = ImagePusher(env.registry)
+        self.operator: OperatorRun | None = None
+        self.bare: dict[str, subprocess.Popen[bytes]] = {}
+        self.fleet = Fleet(
+            config.policies, config.targets, config.references, config.namespaces, config.replicas
+        )
+        self.api = ApiWindow(cluster, self.core, lambda: self.triggers.sent)
+        self.last_resolution = 0.0
+        self.digests: dict[str, str] = {}
+
+    # -- plumbing ------------------------------------------------------------------------
+
+    def start_operator(self, namespaces: Iterable[str], name: str) -> OperatorRun:
+        self.operator = OperatorRun.start(
+            self.cluster,
+            self.env.registry,
+            self.front,
+            self.config.logs / f"{name}.log",
+            namespaces,
+            pairs=[f"{EDGE_CP}={EDGE_AGENTS}"],
+            window=WINDOW,
+        )
+        note(f"imagerefresh run started (pid {self.operator.pid}), log {name}.log")
+        return self.operator
+
+    def spaced(self) -> None:
+        """Wait until the resolution window has passed since the last resolution.
+
+        A tick within the window reuses its answers (that is what the window is for, across
+        policies); a policy's own next tick is an interval later, so a measured tick must not
+        lean on the previous measured tick's answers.
+        """
+        delay = self.last_resolution + WINDOW + 0.5 - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+
+    def tick(self, policies: list[tuple[str, str]]) -> Round:
+        """Bump every policy at once and wait until each has ticked; what the log tells."""
+        assert self.operator is not None
+        log = self.operator.log
+        before = self.operator.ticks()
+        ends_mark, patched_mark = len(log.tick_ends), len(log.patched)
+        triggered = self.triggers.bump(policies)
+        self.operator.wait_ticks(before, policies, timeout=300)
+        # Each tick resolved after its reads, some time before it ended: count from the end.
+        self.last_resolution = time.monotonic()
+        ends: dict[str, float] = {}
+        for policy, at in log.tick_ends[ends_mark:]:
+            ends.setdefault(policy, at)
+        return Round(
+            {f"{ns}/{name}": at for (ns, name), at in triggered.items()},
+            ends,
+            log.patched[patched_mark:],
+        )
+
+    def push(self, path: str, seed: str) -> str:
+        pushed = self.pusher.push(path, "prod", seed=seed)
+        return pushed.digest
+
+    def apply(self, namespace: str, objects: list[dict[str, Any]]) -> None:
+        self.cluster.apply(*objects, namespace=namespace)
+
+    def namespace(self, name: str) -> None:
+        self.cluster.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+        wait_for(
+            lambda: (
+                self.cluster.kubectl("get", "sa", "default", "-n", name, check=False).returncode
+                == 0
+            ),
+            f"ServiceAccount default in {name}",
+            60,
+        )
+
+    def settled(self, namespaces: Iterable[str]) -> bool:
+        for namespace in namespaces:
+            for kind in ("deployment", "daemon_set"):
+                items = getattr(self.apps, f"list_namespaced_{kind}")(namespace).items
+                for obj in items:
+                    status, spec = obj.status, obj.spec
+                    if (status.observed_generation or 0) < (obj.metadata.generation or 0):
+                        return False
+                    if kind == "deployment":
+                        want = spec.replicas or 0
+                        if (
+                            (status.updated_replicas or 0) < want
+                            or (status.available_replicas or 0) < want
+                            or (status.replicas or 0) > want
+                        ):
+                            return False
+                    elif (status.updated_number_scheduled or 0) < (
+                        status.desired_number_scheduled or 0
+                    ) or (status.number_available or 0) < (status.desired_number_scheduled or 0):
+                        return False
+        return True
+
+    def phases(self, policies: Iterable[tuple[str, str]]) -> Counter[str]:
+        found: Counter[str] = Counter()
+        for namespace, name in policies:
+            obj = cast(
+                dict[str, Any],
+                self.custom.get_namespaced_custom_object(
+                    "images.tracebloc.io", "v1alpha1", namespace, "imagerefreshpolicies", name
+                ),
+            )
+            for target in (obj.get("status") or {}).get("targets") or ():
+                found[str(target.get("phase"))] += 1
+        return found
+
+    # -- set-up --------------------------------------------------------------------------
+
+    def setup(self) -> None:
+        self.front.start()
+        note(f"counting front on {self.front.host} before the registry at {self.env.registry}")
+        self.cluster.kubectl("apply", "--server-side", "-f", str(CRD))
+        self.cluster.kubectl(
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd/imagerefreshpolicies.images.tracebloc.io",
+        )
+        for namespace in (EDGE_CP, EDGE_AGENTS):
+            self.namespace(namespace)
+        self.start_operator([EDGE_CP, EDGE_AGENTS, f"{self.fleet.prefix}-*"], "operator")
+
+    # -- (a) the edge: registry and API cost ----------------------------------------------
+
+    def edge(self) -> None:
+        ticks = self.config.ticks
+        for image in EDGE_IMAGES:
+            self.digests[image] = self.push(f"tracebloc/{image}", f"{image}-0")
+        control_plane, agents = edge_workloads(self.front.host, self.digests)
+        self.apply(EDGE_CP, control_plane)
+        self.apply(EDGE_AGENTS, agents)
+        wait_for(lambda: self.settled([EDGE_CP, EDGE_AGENTS]), "the edge workloads", 180)
+        operator = self.operator
+        assert operator is not None
+        edge = [(EDGE_CP, "control-plane")]
+        unique = len(EDGE_IMAGES)
+        baseline = 2 * unique  # per image and tick: one token request, one HEAD (FACTS.md)
+
+        mark = len(self.front.served)
+        before = operator.ticks()
+        self.apply(EDGE_CP, [edge_policy(self.front.host)])
+        operator.wait_ticks(before, edge)
+        self.last_resolution = time.monotonic()
+        cold = registry_counts(self.front, mark)
+        self.table.add(
+            "1a registry, edge (3 workloads, 3 unique refs)",
+            "first tick (no challenge or token yet), requests",
+            f"{sum(cold.values())} ({per_tick_text(cold, 1)})",
+            "",
+            str(baseline),
+            _ratio(sum(cold.values()), baseline),
+        )
+
+        # Tokens lapsed between ticks: the production interval (15m) is longer than Docker
+        # Hub's 300 s token lifetime, so every real tick needs fresh tokens.
+        mark = len(self.front.served)
+        for _ in range(ticks):
+            self.spaced()
+            time.sleep(LAPSED_TOKEN_LIFETIME)
+            self.tick(edge)
+        lapsed = registry_counts(self.front, mark)
+        self._registry_rows(
+            "1a registry, edge",
+            lapsed,
+            ticks,
+            unique,
+            baseline,
+            "per tick, tokens lapsed (interval > token lifetime, as 15m vs 300 s)",
+        )
+
+        self.front.token_lifetime = HUB_TOKEN_LIFETIME
+        self.spaced()
+        self.tick(edge)  # takes tokens that now outlive the measured ticks
+        mark = len(self.front.served)
+        idle = Cost()
+        for _ in range(ticks):
+            self.spaced()
+            idle.add(self.api.measure(1, lambda: self.tick(edge)))
+        warm = registry_counts(self.front, mark)
+        self._registry_rows(
+            "1a registry, edge",
+            warm,
+            ticks,
+            unique,
+            baseline,
+            "per tick, tokens still valid (ticks within 300 s)",
+        )
+        self._api_rows("2 API, edge", "idle tick", idle)
+
+        # One digest change: push, the tick that patches, then ticks until Current again.
+        change = Cost()
+        for cycle in range(1, self.config.changes + 1):
+            self.digests["jobs-manager"] = self.push("tracebloc/jobs-manager", f"jm-{cycle}")
+            self.spaced()
+            change.add(self.api.measure(1, lambda: self.tick(edge)))
+            for _ in range(10):
+                wait_for(lambda: self.settled([EDGE_CP, EDGE_AGENTS]), "the edge rollout", 180)
+                change.add(self.api.measure(1, lambda: self.tick(edge)))
+                if set(self.phases(edge)) == {"Current"}:
+                    break
+        self._api_rows(
+            "2 API, edge",
+            "ticks of one digest change (patch, then until Current)",
+            change,
+            idle_target=False,
+        )
+
+    def _registry_rows(
+        self,
+        section: str,
+        counts: Counter[str],
+        ticks: float,
+        unique: int,
+        baseline: int,
+        what: str,
+    ) -> None:
+        total = sum(counts.values()) / ticks
+        self.table.add(
+            section,
+            f"{what}: requests",
+            f"{_fmt(total, 2)} ({per_tick_text(counts, ticks)})",
+            f"≤ {unique + 1}",
+            str(baseline),
+            _ratio(total, baseline),
+            ok=total <= unique + 1,
+        )
+        gets = counts.get("GET", 0) / ticks
+        self.table.add(section, f"{what}: manifest GETs", _fmt(gets, 2), "0", "0", "", ok=gets == 0)
+
+    def _api_rows(self, section: str, what: str, cost: Cost, idle_target: bool = True) -> None:
+        ticks = max(cost.ticks, 1)
+        self.table.add(
+            section,
+            f"{what}: reads per tick",
+            f"{_fmt(cost.read_total / ticks, 2)} ({cost.per_tick(cost.reads)})",
+        )
+        self.table.add(
+            section,
+            f"{what}: writes per tick",
+            f"{_fmt(cost.write_total / ticks, 2)} ({cost.per_tick(cost.writes)})",
+            "0" if idle_target else "",
+            ok=(cost.write_total == 0) if idle_target else None,
+        )
+
+    # -- (b) the fleet: registry, API, tick time at scale --------------------------------
+
+    def fleet_up(self) -> None:
+        fleet = self.fleet
+        self.front.token_lifetime = LAPSED_TOKEN_LIFETIME  # the fleet's scopes: new tokens
+        digests = {r: self.push(fleet.path(r), f"app-{r}-0") for r in range(fleet.references)}
+        objects = fleet.objects(self.front.host, digests)
+        for namespace in fleet.namespace_names:
+            self.namespace(namespace)
+        for namespace, items in objects.items():
+            self.apply(namespace, [o for o in items if o["kind"] == "Deployment"])
+        note(f"{fleet.policies * fleet.targets} Deployments applied; waiting for their pods")
+        wait_for(lambda: self.settled(fleet.namespace_names), "the fleet's workloads", 900, 2)
+        assert self.operator is not None
+        mark = len(self.front.served)
+        before = self.operator.ticks()
+        for namespace, items in objects.items():
+            self.apply(namespace, [o for o in items if o["kind"] == "ImageRefreshPolicy"])
+        self.operator.wait_ticks(before, fleet.policy_keys, timeout=600)
+        self.last_resolution = time.monotonic()
+        cold = registry_counts(self.front, mark)
+        self.table.add(
+            f"1b registry, {fleet.policies} policies x {fleet.targets} targets, "
+            f"{fleet.references} unique refs",
+            "first ticks (policies created), requests per round",
+            f"{sum(cold.values())} ({per_tick_text(cold, 1)})",
+            "",
+            str(2 * fleet.references),
+            _ratio(sum(cold.values()), 2 * fleet.references),
+        )
+
+    def fleet_registry_and_api(self) -> None:
+        fleet = self.fleet
+        section = "1b registry, fleet (a round = every policy ticking once)"
+        baseline, unique = 2 * fleet.references, fleet.references
+        keys = fleet.policy_keys
+        mark = len(self.front.served)
+        for _ in range(self.config.ticks):
+            self.spaced()
+            time.sleep(LAPSED_TOKEN_LIFETIME)
+            self.tick(keys)
+        lapsed = registry_counts(self.front, mark)
+        self._registry_rows(
+            section, lapsed, self.config.ticks, unique, baseline, "per round, tokens lapsed"
+        )
+        self.front.token_lifetime = HUB_TOKEN_LIFETIME
+        self.spaced()
+        self.tick(keys)
+        mark = len(self.front.served)
+        idle = Cost()
+        durations: list[float] = []
+        for _ in range(self.config.ticks):
+            self.spaced()
+
+            def round_() -> None:
+                durations.append(self.tick(keys).span)
+
+            idle.add(self.api.measure(len(keys), round_))
+        warm = registry_counts(self.front, mark)
+        self._registry_rows(
+            section, warm, self.config.ticks, unique, baseline, "per round, tokens still valid"
+        )
+        self._api_rows("2 API, fleet", "idle policy tick", idle)
+        self.table.add(
+            "3 tick time at scale",
+            f"idle round: trigger → all {len(keys)} policy ticks done, median / max",
+            f"{_fmt(statistics.median(durations), 2)} s / {_fmt(max(durations), 2)} s",
+        )
+
+    def scale(self) -> None:
+        """Tick time at scale: every target drifts at once; registry time excluded."""
+        assert self.operator is not None
+        fleet, keys = self.fleet, self.fleet.policy_keys
+        warm_ns, warm = fleet.warm_policy(self.front.host)
+        before = self.operator.ticks()
+        self.apply(warm_ns, [warm])
+        self.operator.wait_ticks(before, [(warm_ns, "bench-warm")])
+        patched_all: list[float] = []
+        ticks_done: list[float] = []
+        registry_during: list[int] = []
+        cpu_used: dict[str, float] = {}  # CPU seconds each process spent in the timed rounds
+        per_policy: list[float] = []
+        for round_no in range(1, self.config.scale_rounds + 1):
+            for ref in range(fleet.references):
+                self.push(fleet.path(ref), f"app-{ref}-{round_no}")
+            self.spaced()
+            self.tick([(warm_ns, "bench-warm")])  # fills the resolution window
+            mark = len(self.front.served)
+            pids = {"imagerefresh": self.operator.pid} | self.env.component_pids()
+            cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+            timed = self.tick(keys)
+            for name, pid in pids.items():
+                cpu_used[name] = cpu_used.get(name, 0.0) + cpu_seconds(pid) - cpu_before[name]
+            registry_during.append(sum(registry_counts(self.front, mark).values()))
+            if len(timed.patched) < len(keys) * fleet.targets:
+                raise RuntimeError(
+                    f"round {round_no}: {len(timed.patched)} patches, "
+                    f"{len(keys) * fleet.targets} expected"
+                )
+            patched_all.append(max(p.at for p in timed.patched) - timed.started)
+            ticks_done.append(timed.span)
+            per_policy.extend(timed.per_policy())
+            note(f"scale round {round_no}: {len(timed.patched)} patched in {patched_all[-1]:.2f}s")
+            wait_for(lambda: self.settled(fleet.namespace_names), "the fleet's rollouts", 900, 2)
+            for _ in range(5):
+                self.tick(keys)
+                if set(self.phases(keys)) == {"Current"}:
+                    break
+        n = fleet.policies * fleet.targets
+        self.table.add(
+            "3 tick time at scale",
+            f"{n} targets drift at once: trigger → all {n} patched, median / max "
+            f"({len(patched_all)} rounds)",
+            f"{_fmt(statistics.median(patched_all), 2)} s / {_fmt(max(patched_all), 2)} s",
+            "< 2 s",
+            ok=max(patched_all) < 2,
+        )
+        self.table.add(
+            "3 tick time at scale",
+            f"same rounds: trigger → all {len(keys)} policy ticks done, median / max",
+            f"{_fmt(statistics.median(ticks_done), 2)} s / {_fmt(max(ticks_done), 2)} s",
+        )
+        self.table.add(
+            "3 tick time at scale",
+            "same rounds: one policy, its trigger → its tick done, median / max",
+            f"{_fmt(statistics.median(per_policy), 2)} s / {_fmt(max(per_policy), 2)} s",
+        )
+        rounds = len(patched_all)
+        busiest = sorted(cpu_used.items(), key=lambda item: -item[1])
+        self.table.add(
+            "3 tick time at scale",
+            f"same rounds: CPU seconds per round on {os.cpu_count()} cores, by process",
+            ", ".join(f"{name} {_fmt(used / rounds, 2)}" for name, used in busiest if used > 0),
+        )
+        self.table.add(
+            "3 tick time at scale",
+            "registry requests during the timed rounds (window warmed)",
+            f"{_fmt(statistics.mean(registry_during), 1)} per round",
+            "0",
+        )
+        self.custom.delete_namespaced_custom_object(
+            "images.tracebloc.io", "v1alpha1", warm_ns, "imagerefreshpolicies", "bench-warm"
+        )
+
+    # -- (4) memory soak and (5) latency ----------------------------------------------------
+
+    def soak(self) -> None:
+        fleet, config, keys = self.fleet, self.config, self.fleet.policy_keys
+        assert self.operator is not None
+        self.operator.stop()
+        body = {"spec": {"interval": f"{config.interval}s"}}
+        for namespace, name in keys:
+            self.custom.patch_namespaced_custom_object(
+                "images.tracebloc.io",
+                "v1alpha1",
+                namespace,
+                "imagerefreshpolicies",
+                name,
+                body,
+                _content_type="application/merge-patch+json",
+            )
+        namespaces = [f"{fleet.prefix}-*"]
+        operator = self.start_operator(namespaces, "operator-soak")
+        # The operator tunes glibc's allocator (imagerefresh.allocator); a bare kopf with the
+        # same settings (as environment variables) shows what that alone is worth.
+        tuned = {"MALLOC_ARENA_MAX": "2", "MALLOC_MMAP_THRESHOLD_": "131072"}
+        for name, script, extra in (
+            ("bare", BARE_OPERATOR, {}),
+            ("bare-tuned", BARE_OPERATOR, tuned),
+            ("daemons", BARE_DAEMONS, {}),
+        ):
+            log = (config.logs / f"kopf-{name}.log").open("wb")
+            self.bare[name] = subprocess.Popen(
+                [str(KOPF), "run", "--standalone", "--namespace", namespaces[0], str(script)],
+                stdout=log,
+                stderr=log,
+                env=self.cluster.env | extra,
+            )
+            note(f"kopf run {script.name} started (pid {self.bare[name].pid})")
+        pids = {"operator": operator.pid} | {n: p.pid for n, p in self.bare.items()}
+        samples: list[tuple[float, dict[str, tuple[int, int]]]] = []
+        stop = threading.Event()
+
+        def sample() -> None:
+            while not stop.wait(5):
+                try:
+                    samples.append((time.monotonic(), {n: rss_kib(p) for n, p in pids.items()}))
+                except (OSError, RuntimeError):
+                    continue
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        started = time.monotonic()
+        sampler.start()
+        # The start-up round (every policy at once, no token, no challenge yet) is not steady
+        # state: registry requests are counted from its end.
+        operator.wait_ticks({}, keys, timeout=300)
+        counted_from = time.monotonic()
+        mark = len(self.front.served)
+        ticks_before = sum(operator.ticks().values())
+
+        spacing = config.soak_seconds / max(config.pushes, 1)
+        pushes: list[tuple[int, str, float]] = []  # reference, digest, pushed at (wall)
+        rng = random.Random(7)
+        for index in range(config.pushes):
+            at = counted_from + index * spacing + rng.uniform(0.25, 0.75) * spacing
+            time.sleep(max(0.0, at - time.monotonic()))
+            ref = index % fleet.references
+            digest = self.push(fleet.path(ref), f"soak-{ref}-{index}")
+            pushes.append((ref, digest, time.time()))
+            note(f"soak push {index + 1}/{config.pushes}: {fleet.path(ref)} → {digest[:19]}…")
+        time.sleep(max(0.0, counted_from + config.soak_seconds - time.monotonic()))
+        expected = fleet.policies * fleet.targets // fleet.references
+
+        def latencies() -> list[list[float]]:
+            operator.log.poll()
+            return [
+                [
+                    patch.at - at
+                    for patch in operator.log.patched
+                    if any(digest in image for image in patch.images.values())
+                ]
+                for _ref, digest, at in pushes
+            ]
+
+        deadline = time.monotonic() + 3 * config.interval + 30
+        while any(len(x) < expected for x in latencies()) and time.monotonic() < deadline:
+            time.sleep(1)
+        stop.set()
+        sampler.join()
+        elapsed = time.monotonic() - started
+        rounds = (time.monotonic() - counted_from) / config.interval
+        soak_counts = registry_counts(self.front, mark)
+        ticks = sum(operator.ticks().values()) - ticks_before
+        if not operator.alive() or any(p.poll() is not None for p in self.bare.values()):
+            raise RuntimeError("an operator died during the soak")
+        final = {n: rss_kib(p) for n, p in pids.items()}
+
+        section = f"4 memory, soak {_fmt(elapsed / 60, 1)} min over (b), {int(ticks)} ticks"
+        late = [found for at, found in samples if at - started >= elapsed / 2]
+        steady = {n: statistics.median(f[n][0] for f in late) / 1024 for n in pids}
+        peak = {n: final[n][1] / 1024 for n in pids}
+        for what, value in (
+            ("steady RSS (median, second half)", steady),
+            ("peak RSS (VmHWM)", peak),
+        ):
+            self.table.add(
+                section,
+                f"{what}: operator vs bare kopf (one no-op event handler)",
+                f"{_fmt(value['operator'])} MiB",
+                "≤ 1.25x bare",
+                f"bare kopf {_fmt(value['bare'])} MiB",
+                _ratio(value["operator"], value["bare"]),
+                ok=value["operator"] <= 1.25 * value["bare"],
+            )
+        self.table.add(
+            section,
+            "context: bare kopf with the operator's allocator settings, steady / peak",
+            f"{_fmt(steady['bare-tuned'])} MiB / {_fmt(peak['bare-tuned'])} MiB",
+            "",
+            "",
+            f"operator {_ratio(steady['operator'], steady['bare-tuned'])} of it (steady)",
+        )
+        self.table.add(
+            section,
+            "context: kopf with a no-op daemon per policy (the operator's own mechanism), "
+            "steady / peak",
+            f"{_fmt(steady['daemons'])} MiB / {_fmt(peak['daemons'])} MiB",
+            "",
+            "",
+            f"operator {_ratio(steady['operator'], steady['daemons'])} of it (steady)",
+        )
+        baseline = 2 * fleet.references
+        per_interval = sum(soak_counts.values()) / rounds
+        self.table.add(
+            "1b registry, fleet",
+            f"soak: per {config.interval} s interval, start-up round excluded (tokens live "
+            "300 s; policies on their interval grid)",
+            f"{_fmt(per_interval, 2)} ({per_tick_text(soak_counts, rounds)})",
+            f"≤ {fleet.references + 1}",
+            str(baseline),
+            _ratio(per_interval, baseline),
+            ok=per_interval <= fleet.references + 1 and soak_counts.get("GET", 0) == 0,
+        )
+
+        found = latencies()
+        every = [x for per_push in found for x in per_push]
+        if not every:
+            raise RuntimeError("no pushed digest was patched during the soak")
+        firsts = [min(x) for x in found if x]
+        missing = sum(max(0, expected - len(x)) for x in found)
+        limit = config.interval + 1
+        self.table.add(
+            f"5 latency, {len(pushes)} pushes, interval {config.interval} s",
+            f"push → template patched, every workload ({len(every)}), median / max"
+            + (f"; {missing} never patched" if missing else ""),
+            f"{_fmt(statistics.median(every))} s / {_fmt(max(every))} s",
+            f"≤ {limit} s",
+            ok=max(every) <= limit and not missing,
+        )
+        self.table.add(
+            f"5 latency, {len(pushes)} pushes, interval {config.interval} s",
+            "push → first workload patched, median / max",
+            f"{_fmt(statistics.median(firsts))} s / {_fmt(max(firsts))} s",
+            f"≤ {limit} s",
+            ok=max(firsts) <= limit,
+        )
+        (config.logs / "soak-rss.json").write_text(json.dumps(samples))
+
+    # -- the whole run ------------------------------------------------------------------------
+
+    def run(self) -> None:
+        self.setup()
+        if "edge" not in self.config.skip:
+            note("(a) the edge: registry requests and API cost")
+            self.edge()
+        note("(b) the fleet: creating it")
+        self.fleet_up()
+        note("(b) the fleet: registry requests and API cost per round")
+        self.fleet_registry_and_api()
+        if "scale" not in self.config.skip:
+            note("tick time at scale")
+            self.scale()
+        if "soak" not in self.config.skip:
+            note(f"memory soak and latency ({self.config.soak_seconds} s)")
+            self.soak()
+
+    def close(self) -> None:
+        if self.operator is not None:
+            self.operator.stop()
+        for process in self.bare.values():
+            if process.poll() is None:
+                process.terminate()
+                try:
+                    process.wait(15)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait(5)
+        self.front.stop()
+        self.pusher.close()
+        self.triggers.close()
+        self.client.close()  # type: ignore[no-untyped-call]
+
+
+def _terminated(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def main() -> int:
+    config = Config()
+    env = Environment(config.state)
+    date = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    bench: Bench | None = None
+    cleanup: list[Callable[[], None]] = []
+    # `make` interrupted or a CI timeout: tear down all the same (SIGINT already does).
+    signal.signal(signal.SIGTERM, _terminated)
+    try:
+        cluster = env.up()
+        cleanup.append(env.down)
+        bench = Bench(config, env, cluster)
+        cleanup.append(bench.close)
+        bench.run()
+    except Exception as error:
+        print(f"bench failed: {error}", file=sys.stderr)
+        if bench is not None and bench.table.rows:
+            print(bench.table.render())
+        return 1
+    finally:
+        for step in reversed(cleanup):
+            try:
+                step()
+            except Exception as error:
+                note(f"cleanup: {error}")
+    assert bench is not None
+    print(
+        f"\nimagerefresh benchmark, {date}, on {os.cpu_count()} cores "
+        f"({config.policies} policies x {config.targets} targets, {config.references} refs, "
+        f"soak {config.soak_seconds} s)\n"
+    )
+    print(bench.table.render())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
