@@ -53,3 +53,60 @@ async def test_a_workload_the_operator_may_not_read_is_error_and_degraded_never_
     assert "forbidden" in target.message.lower()
     degraded = next(c for c in plan.status.conditions if c.type == "Degraded")
     assert degraded.status == "True"
+
+
+async def test_pods_the_operator_may_not_list_make_the_target_error_never_a_patch(
+    crd_installed: Cluster, registry: str, policy_namespace: str
+) -> None:
+    cluster, ns = crd_installed, policy_namespace
+    tag = f"{registry}/{ns}/app:prod"
+    deployment_with_policy(cluster, ns, tag)
+    admin = KubeApi.from_environment(cluster.kubeconfig)
+    policy = admin.read_policy(ns, "control-plane")
+    assert policy is not None
+    # A reader of workloads, service accounts and secrets that may not list pods.
+    cluster.apply(
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "no-pods"}},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": "no-pods"},
+            "rules": [
+                {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get"]},
+                {
+                    "apiGroups": [""],
+                    "resources": ["serviceaccounts", "secrets"],
+                    "verbs": ["get"],
+                },
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "no-pods"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "no-pods"},
+            "subjects": [{"kind": "ServiceAccount", "name": "no-pods", "namespace": ns}],
+        },
+        namespace=ns,
+    )
+    client = kubernetes.config.new_client_from_config(  # type: ignore[no-untyped-call]
+        config_file=cluster.kubeconfig, persist_config=False
+    )
+    client.set_default_header("Impersonate-User", f"system:serviceaccount:{ns}:no-pods")
+    reader = KubeApi(client)
+    assert reader.read_workload("Deployment", ns, "app") is not None  # workloads it may read
+    ledger = RateLimitLedger()
+    async with RegistryClient(insecure_registries=[registry], ledger=ledger) as registry_client:
+        gathered = await gather(
+            policy,
+            api=reader,
+            resolver=SharedResolver(registry_client),
+            ledger=ledger,
+            config=OperatorConfig(),
+            now=datetime.now(UTC),
+        )
+    plan = plan_tick(gathered.tick)
+    assert plan.patches == ()
+    (target,) = plan.status.targets
+    assert target.phase is Phase.ERROR
+    assert "list pods" in target.message
