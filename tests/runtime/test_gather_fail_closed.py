@@ -14,12 +14,37 @@ from imagerefresh.ratelimit import RateLimitLedger
 from imagerefresh.registry import RegistryClient
 from imagerefresh.resolver import SharedResolver
 from imagerefresh.runtime.config import OperatorConfig
-from imagerefresh.runtime.gather import gather
+from imagerefresh.runtime.gather import Gathered, gather
 
 from support.cluster_env import Cluster
 from support.operator_env import deployment_with_policy
 
 pytestmark = pytest.mark.cluster
+
+
+async def gather_as(
+    cluster: Cluster, registry: str, namespace: str, service_account: str
+) -> Gathered:
+    """The policy ``control-plane`` gathered as ``service_account`` of ``namespace``."""
+    admin = KubeApi.from_environment(cluster.kubeconfig)
+    policy = admin.read_policy(namespace, "control-plane")
+    assert policy is not None
+    client = kubernetes.config.new_client_from_config(  # type: ignore[no-untyped-call]
+        config_file=cluster.kubeconfig, persist_config=False
+    )
+    client.set_default_header(
+        "Impersonate-User", f"system:serviceaccount:{namespace}:{service_account}"
+    )
+    ledger = RateLimitLedger()
+    async with RegistryClient(insecure_registries=[registry], ledger=ledger) as registry_client:
+        return await gather(
+            policy,
+            api=KubeApi(client),
+            resolver=SharedResolver(registry_client),
+            ledger=ledger,
+            config=OperatorConfig(),
+            now=datetime.now(UTC),
+        )
 
 
 async def test_a_workload_the_operator_may_not_read_is_error_and_degraded_never_missing(
@@ -28,24 +53,8 @@ async def test_a_workload_the_operator_may_not_read_is_error_and_degraded_never_
     cluster, ns = crd_installed, policy_namespace
     tag = f"{registry}/{ns}/app:prod"
     deployment_with_policy(cluster, ns, tag)
-    admin = KubeApi.from_environment(cluster.kubeconfig)
-    policy = admin.read_policy(ns, "control-plane")
-    assert policy is not None
     # The default ServiceAccount may read nothing: every workload read is Forbidden.
-    client = kubernetes.config.new_client_from_config(  # type: ignore[no-untyped-call]
-        config_file=cluster.kubeconfig, persist_config=False
-    )
-    client.set_default_header("Impersonate-User", f"system:serviceaccount:{ns}:default")
-    ledger = RateLimitLedger()
-    async with RegistryClient(insecure_registries=[registry], ledger=ledger) as registry_client:
-        gathered = await gather(
-            policy,
-            api=KubeApi(client),
-            resolver=SharedResolver(registry_client),
-            ledger=ledger,
-            config=OperatorConfig(),
-            now=datetime.now(UTC),
-        )
+    gathered = await gather_as(cluster, registry, ns, "default")
     plan = plan_tick(gathered.tick)
     assert plan.patches == ()
     (target,) = plan.status.targets
@@ -61,9 +70,6 @@ async def test_pods_the_operator_may_not_list_make_the_target_error_never_a_patc
     cluster, ns = crd_installed, policy_namespace
     tag = f"{registry}/{ns}/app:prod"
     deployment_with_policy(cluster, ns, tag)
-    admin = KubeApi.from_environment(cluster.kubeconfig)
-    policy = admin.read_policy(ns, "control-plane")
-    assert policy is not None
     # A reader of workloads, service accounts and secrets that may not list pods.
     cluster.apply(
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "no-pods"}},
@@ -89,22 +95,7 @@ async def test_pods_the_operator_may_not_list_make_the_target_error_never_a_patc
         },
         namespace=ns,
     )
-    client = kubernetes.config.new_client_from_config(  # type: ignore[no-untyped-call]
-        config_file=cluster.kubeconfig, persist_config=False
-    )
-    client.set_default_header("Impersonate-User", f"system:serviceaccount:{ns}:no-pods")
-    reader = KubeApi(client)
-    assert reader.read_workload("Deployment", ns, "app") is not None  # workloads it may read
-    ledger = RateLimitLedger()
-    async with RegistryClient(insecure_registries=[registry], ledger=ledger) as registry_client:
-        gathered = await gather(
-            policy,
-            api=reader,
-            resolver=SharedResolver(registry_client),
-            ledger=ledger,
-            config=OperatorConfig(),
-            now=datetime.now(UTC),
-        )
+    gathered = await gather_as(cluster, registry, ns, "no-pods")
     plan = plan_tick(gathered.tick)
     assert plan.patches == ()
     (target,) = plan.status.targets
