@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 import shutil
 import subprocess
 import sys
@@ -33,7 +32,7 @@ import httpx  # noqa: E402
 import kubernetes.client  # noqa: E402
 import kubernetes.config  # noqa: E402
 
-from support.cluster_env import Cluster  # noqa: E402
+from support.cluster_env import Cluster, local_bin_dir, parse_exports  # noqa: E402
 from support.hub_front import HubFront  # noqa: E402
 from support.operator_env import CRD, REFRESH_NOW, Operator  # noqa: E402
 from support.registry_env import free_port  # noqa: E402
@@ -95,24 +94,14 @@ class Environment:
             kept = self._keep_logs()
             self.down()  # whatever half of it started
             raise RuntimeError(f"e2e/local up failed (logs in {kept}):\n{up.stderr[-3000:]}")
-        exported: dict[str, str] = {}
-        for line in up.stdout.splitlines():
-            words = shlex.split(line)
-            if len(words) == 2 and words[0] == "export" and "=" in words[1]:
-                key, _, value = words[1].partition("=")
-                exported[key] = value
-        bin_dir = subprocess.run(
-            [str(REPO / "e2e" / "build-binaries"), "--print-bin-dir"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
+        exported = parse_exports(up.stdout)
+        bin_dir = local_bin_dir()
         self.registry = exported["IMAGEREFRESH_TEST_REGISTRY"]
         cache = self.state / "kubectl-cache"
         cache.mkdir(parents=True, exist_ok=True)
         self.cluster = Cluster(
             kubeconfig=exported["KUBECONFIG"],
-            bin_dir=Path(bin_dir),
+            bin_dir=bin_dir,
             registry=self.registry,
             started_here=True,
             kubectl_cache=cache,

@@ -156,7 +156,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     cache = tmp_path_factory.mktemp("kubectl-cache")
-    bin_dir = _bin_dir()
+    bin_dir = local_bin_dir()
     given = os.environ.get("KUBECONFIG")
     if given:
         env_cluster = Cluster(
@@ -191,7 +191,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         warnings.warn(f"`e2e/local up` failed, trying once more: {failures[-1]}", stacklevel=1)
     else:
         pytest.fail(f"`e2e/local up` failed: {' / then: '.join(failures)}", pytrace=False)
-    exported = _parse_exports(up.stdout)
+    exported = parse_exports(up.stdout)
     local = Cluster(
         kubeconfig=exported["KUBECONFIG"],
         bin_dir=bin_dir,
@@ -235,7 +235,8 @@ def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]
 # Helpers
 
 
-def _bin_dir() -> Path:
+def local_bin_dir() -> Path:
+    """Where `e2e/build-binaries` keeps the pinned binaries (all present, else a failure)."""
     out = subprocess.run(
         [str(BUILD_BINARIES), "--print-bin-dir"], capture_output=True, text=True, check=True
     )
@@ -267,7 +268,7 @@ def _run_local(command: str, *, timeout: float) -> subprocess.CompletedProcess[s
         )
 
 
-def _parse_exports(stdout: str) -> dict[str, str]:
+def parse_exports(stdout: str) -> dict[str, str]:
     """The `export NAME=VALUE` lines `e2e/local up` ends with, as a dict (PATH left out)."""
     found: dict[str, str] = {}
     for line in stdout.splitlines():
