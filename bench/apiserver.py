@@ -23,7 +23,7 @@ from harness import parse_prometheus
 
 from support.cluster_env import Cluster
 
-__all__ = ["ApiWindow", "Cost", "measure"]
+__all__ = ["ApiWindow", "Cost"]
 
 READ_RESOURCES = {
     "deployments",
@@ -115,7 +115,3 @@ class ApiWindow:
         if events:
             cost.writes["POST events"] += events
         return cost
-
-
-def measure(window: ApiWindow, ticks: int, action: Callable[[], object]) -> Cost:
-    return window.measure(ticks, action)

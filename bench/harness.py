@@ -28,7 +28,6 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
-import httpx  # noqa: E402
 import kubernetes.client  # noqa: E402
 import kubernetes.config  # noqa: E402
 
@@ -289,21 +288,6 @@ class OperatorRun:
 
     def alive(self) -> bool:
         return self.operator.process is not None and self.operator.process.poll() is None
-
-    def metrics(self) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
-        port = self.operator.metrics_port
-        return parse_prometheus(httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text)
-
-    def per_policy(self, name: str) -> dict[tuple[str, str], float]:
-        """A metric summed per (namespace, policy)."""
-        totals: dict[tuple[str, str], float] = {}
-        for (metric, labels), value in self.metrics().items():
-            if metric != name:
-                continue
-            found = dict(labels)
-            key = (found.get("namespace", ""), found.get("policy", ""))
-            totals[key] = totals.get(key, 0.0) + value
-        return totals
 
     def ticks(self) -> dict[str, int]:
         """Completed ticks so far, per "namespace/name" (from the log)."""
