@@ -39,7 +39,7 @@ from imagerefresh.registry import RegistryClient, RegistryError, Resolution
 from imagerefresh.resolver import SharedResolver
 from imagerefresh.runtime.config import OperatorConfig, parse_namespace_pairs
 from imagerefresh.runtime.events import EventRecorder
-from imagerefresh.runtime.gather import RESET_ANNOTATION, Gathered
+from imagerefresh.runtime.gather import RESET_ANNOTATION, Gathered, PolicyUnreadable
 from imagerefresh.runtime.render import render_plan
 from imagerefresh.runtime.ticker import PolicyTicker
 
@@ -349,7 +349,7 @@ def plan(
 
     try:
         result = asyncio.run(compute())
-    except KubeError as error:
+    except (KubeError, PolicyUnreadable) as error:
         raise click.ClickException(str(error)) from error
     if result is None:
         raise click.ClickException(f"no ImageRefreshPolicy {namespace}/{name}")

@@ -93,7 +93,11 @@ def build_registry() -> kopf.OperatorRegistry:
         if type == "DELETED":
             memo.triggers.pop(uid, None)
             memo.wakeups.pop(uid, None)
+            memo.ticker.claims.forget(uid)
             return
+        memo.ticker.claims.update(
+            uid, body.metadata.namespace or "", body.metadata.name or "", body.spec
+        )
         trigger = _trigger(body)
         seen = memo.triggers.get(uid)
         memo.triggers[uid] = trigger

@@ -118,9 +118,7 @@ class Metrics:
             self.skip_streak.labels(*labels).set(target.skip_streak)
             self.refresh_attempts.labels(*labels).set(target.refresh_attempts)
             self.frozen.labels(*labels).set(int(target.skip_streak >= spec.max_skip_ticks))
-            self.locked.labels(*labels).set(
-                int(target.refresh_attempts >= spec.max_refresh_attempts)
-            )
+            self.locked.labels(*labels).set(int(target.locked_at is not None))
         for condition in status.conditions:
             self.condition.labels(namespace, policy, condition.type).set(
                 int(condition.status == "True")

@@ -148,7 +148,9 @@ def test_status_round_trips_through_its_api_form() -> None:
                 "message": "",
                 "skipStreak": 0,
                 "refreshAttempts": 1,
+                "contested": 0,
                 "pending": {
+                    "purpose": "refresh",
                     "images": {"api": "a@sha256:" + HEX},
                     "previous": {"api": "a:p"},
                     "startedAt": "2026-11-29T12:00:00Z",

@@ -80,7 +80,7 @@ def test_drift_on_two_containers_is_one_guarded_patch_setting_both_digests() -> 
         "pods-monitor-container": f"tracebloc/pods-monitor@{D3}",
     }
     assert status.pending.previous["api"] == f"{JM_REPO}@{D1}"
-    assert status.pending.generation == 5
+    assert status.pending.generation is None  # known once the patch lands
     assert [e.reason for e in plan.events] == ["Refreshing"]
     assert tick.condition("Refreshing").status == "True"
     assert tick.condition("Ready").status == "False"
@@ -389,7 +389,12 @@ def test_a_timed_out_refresh_is_a_flap_and_is_rolled_back_to_the_replaced_images
     assert rollback.changes[0].expected == f"{JM_REPO}@{D2}"
     assert rollback.changes[0].image == f"{JM_REPO}@{D1}"
     status = tick.target("jobs-manager")
-    assert (status.refresh_attempts, status.pending) == (1, None)
+    assert status.refresh_attempts == 1
+    assert status.phase is Phase.ROLLING_BACK
+    # The rollback is itself a recorded intent, owed until it lands.
+    assert status.pending.purpose == "rollback"
+    assert status.pending.images == {"api": f"{JM_REPO}@{D1}"}
+    assert status.pending.previous == {"api": f"{JM_REPO}@{D2}"}
     assert [e.reason for e in plan.events] == ["RefreshFailed", "RollingBack"]
 
 
@@ -417,13 +422,29 @@ def test_progress_deadline_exceeded_fails_the_refresh_at_once() -> None:
     assert "progress deadline" in tick.target("jobs-manager").message
 
 
-def test_someone_elses_change_during_our_refresh_drops_it() -> None:
+def test_someone_elses_change_during_our_refresh_is_a_contested_attempt_naming_the_writer() -> None:
     tick, _ = _refreshing_tick()
     edited = deployment("jobs-manager", {"api": f"{JM_REPO}@{D3}"}, generation=3)
+    edited["metadata"]["managedFields"] = [
+        {
+            "manager": "kubectl-set",
+            "operation": "Update",
+            "time": "2026-11-29T12:05:00Z",
+            "fieldsV1": {
+                "f:spec": {
+                    "f:template": {
+                        "f:spec": {"f:containers": {'k:{"name":"api"}': {"f:image": {}}}}
+                    }
+                }
+            },
+        }
+    ]
     plan = tick.run({key("jobs-manager"): evidence(edited, digests={"api": D3})})
-    assert next(e.reason for e in plan.events) == "RefreshSuperseded"
+    (contested,) = [e for e in plan.events if e.reason == "Contested"]
+    assert "'kubectl-set'" in contested.message
     status = tick.target("jobs-manager")
-    assert (status.pending, status.refresh_attempts, status.phase) == (None, 0, Phase.CURRENT)
+    assert (status.pending, status.refresh_attempts, status.contested) == (None, 1, 1)
+    assert status.phase is Phase.CURRENT  # the other writer's image is the desired one
 
 
 def test_attempts_reach_the_ceiling_then_locked_until_a_reset_honoured_once() -> None:

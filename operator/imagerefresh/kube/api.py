@@ -45,7 +45,7 @@ from kubernetes.client.exceptions import ApiException
 from imagerefresh.credentials import Credentials, InvalidDockerConfig, parse_docker_config
 from imagerefresh.kube.errors import KubeError, NotFound, translate
 from imagerefresh.kube.selectors import InvalidSelector, label_selector
-from imagerefresh.planner.actions import ImagePatch
+from imagerefresh.planner import OPERATOR_FIELD_MANAGER, ImagePatch, check_patch
 
 __all__ = [
     "EVENT_COMPONENT",
@@ -64,7 +64,7 @@ POLICY_VERSION = "v1alpha1"
 POLICY_PLURAL = "imagerefreshpolicies"
 POLICY_KIND = "ImageRefreshPolicy"
 EVENT_COMPONENT = "imagerefresh"
-FIELD_MANAGER = "imagerefresh"
+FIELD_MANAGER = OPERATOR_FIELD_MANAGER
 MAX_EVENT_MESSAGE = 1024
 JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"
@@ -241,8 +241,12 @@ class KubeApi:
     def patch_images(self, patch: ImagePatch) -> dict[str, Any]:
         """Apply the guarded JSON Patch to ``patch.target``; the patched object as raw JSON.
 
-        A ``test`` op that no longer holds raises PreconditionFailed and changes nothing.
+        A ``test`` op that no longer holds raises PreconditionFailed and changes nothing. This
+        is the one place patches are sent: the write guard runs here, whatever built the
+        patch, and a patch that would write outside its tracked repository raises
+        :class:`~imagerefresh.planner.UnsafePatch` without a request.
         """
+        check_patch(patch)
         target = patch.target
         path = _workload_path(target.kind, target.namespace, target.name)
         images = {change.container: change.image for change in patch.changes}

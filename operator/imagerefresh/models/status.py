@@ -11,15 +11,17 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from imagerefresh.models.base import ApiModel, Timestamp
 from imagerefresh.models.policy import WorkloadKind
+from imagerefresh.reference import parse
 
 __all__ = [
     "Condition",
     "ConditionType",
     "ContainerStatus",
+    "PendingPurpose",
     "PendingRefresh",
     "Phase",
     "PolicyStatus",
@@ -31,15 +33,17 @@ __all__ = [
 class Phase(StrEnum):
     """Where one target stands after a tick. Declared from worst to best."""
 
+    REFUSED = "Refused"  # the API server refused our patch for good (admission, RBAC, validation)
     ERROR = "Error"  # evidence (API or registry) was unreadable: nothing was done on it
     LOCKED = "Locked"  # refresh attempts at their ceiling: no re-imaging until a reset
     FROZEN = "Frozen"  # the skip streak is at its ceiling: unsettled for too long
     CONFLICT = "Conflict"  # the policy cannot apply as declared (container, repository, scope)
     MISSING = "Missing"  # the workload does not exist
+    ROLLING_BACK = "RollingBack"  # a failed refresh is being (or is owed to be) rolled back
     DEFERRED = "Deferred"  # drifted, but the pull budget would fall below the reserve
-    DRIFTED = "Drifted"  # drifted, and the policy is a dry run: reported, not patched
-    SKIPPING = "Skipping"  # not settled (a rollout in flight that is not ours): waiting
     REFRESHING = "Refreshing"  # our refresh is rolling out
+    SKIPPING = "Skipping"  # not settled (a rollout in flight that is not ours): waiting
+    DRIFTED = "Drifted"  # drifted, and the policy is a dry run: reported, not patched
     SUSPENDED = "Suspended"  # the policy is suspended
     CURRENT = "Current"  # settled on the desired digests
 
@@ -58,7 +62,21 @@ class ConditionType(StrEnum):
     DEGRADED = "Degraded"  # evidence was unreadable this tick; nothing was patched on it
 
 
-class Condition(ApiModel):
+# Bounds on what is read back: status is input anyone with `update` on the status subresource
+# can write. Past these, a status is not ours and fails closed (nothing is patched on it).
+MAX_COUNT = 1_000_000
+MAX_IMAGE = 512
+MAX_CONTAINERS = 64
+MAX_TEXT = 32_768
+
+
+class StatusModel(ApiModel):
+    """A status part: fields a newer version wrote are ignored, never fatal."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
+class Condition(StatusModel):
     """``metav1.Condition``."""
 
     type: str
@@ -69,16 +87,44 @@ class Condition(ApiModel):
     observed_generation: int | None = None
 
 
-class PendingRefresh(ApiModel):
-    """A refresh we started and have not yet judged."""
+class PendingPurpose(StrEnum):
+    REFRESH = "refresh"  # pin the desired digests
+    ROLLBACK = "rollback"  # restore the images a failed refresh replaced
 
-    images: dict[str, str]  # container → the image we wrote
-    previous: dict[str, str]  # container → the image it replaced (the rollback target)
+
+Image = Annotated[str, Field(min_length=1, max_length=MAX_IMAGE)]
+ImagesByContainer = Annotated[dict[str, Image], Field(min_length=1, max_length=MAX_CONTAINERS)]
+
+
+class PendingRefresh(StatusModel):
+    """A patch of ours (a refresh or a rollback) recorded before it is sent, until judged.
+
+    ``images`` is what the patch writes, ``previous`` what it replaces; both are read back
+    from status, so both must be image references for the same containers. Whether they name
+    the tracked repository is the write guard's to decide, at the one place patches are sent.
+    """
+
+    purpose: PendingPurpose = PendingPurpose.REFRESH
+    images: ImagesByContainer  # container → the image the patch writes
+    previous: ImagesByContainer  # container → the image it replaces (a rollback's target)
     started_at: Timestamp
-    generation: int  # the workload generation our patch produced
+    generation: Annotated[int, Field(ge=0)] | None = None  # what the patch produced, once landed
+
+    @field_validator("images", "previous")
+    @classmethod
+    def _references(cls, value: dict[str, str]) -> dict[str, str]:
+        for image in value.values():
+            parse(image)  # InvalidReference is a ValueError: a validation error
+        return value
+
+    @model_validator(mode="after")
+    def _same_containers(self) -> PendingRefresh:
+        if set(self.images) != set(self.previous):
+            raise ValueError("pending images and previous must name the same containers")
+        return self
 
 
-class ContainerStatus(ApiModel):
+class ContainerStatus(StatusModel):
     name: str
     tracked: str  # fully qualified repo:tag
     desired: str | None = None  # the resolved (or pinned) digest; absent when unknown
@@ -86,21 +132,28 @@ class ContainerStatus(ApiModel):
     running: tuple[str, ...] = ()  # distinct digests the pods report
 
 
-class TargetStatus(ApiModel):
+Count = Annotated[int, Field(ge=0, le=MAX_COUNT)]
+
+
+class TargetStatus(StatusModel):
     kind: WorkloadKind
     namespace: str
     name: str
     phase: Phase
-    message: str = ""
-    skip_streak: Annotated[int, Field(ge=0)] = 0
-    refresh_attempts: Annotated[int, Field(ge=0)] = 0
+    message: Annotated[str, Field(max_length=MAX_TEXT)] = ""
+    skip_streak: Count = 0
+    refresh_attempts: Count = 0  # failed and contested refreshes since the last reset/success
+    contested: Count = 0  # of those, refreshes another writer undid: a success keeps these
+    locked_at: Timestamp | None = None  # when attempts reached the ceiling; only a reset clears
     last_refresh: Timestamp | None = None
     pending: PendingRefresh | None = None
-    last_good: dict[str, str] = Field(default_factory=dict)
+    last_good: Annotated[dict[str, Image], Field(max_length=MAX_CONTAINERS)] = Field(
+        default_factory=dict
+    )
     containers: tuple[ContainerStatus, ...] = ()
 
 
-class RegistryStatus(ApiModel):
+class RegistryStatus(StatusModel):
     """A registry's pull budget for one identity, as it last reported it."""
 
     host: str
@@ -111,7 +164,7 @@ class RegistryStatus(ApiModel):
     source: str | None = None
 
 
-class PolicyStatus(ApiModel):
+class PolicyStatus(StatusModel):
     observed_generation: int | None = None
     phase: Phase | None = None  # the worst target phase (printer column)
     target_count: int | None = None  # printer column

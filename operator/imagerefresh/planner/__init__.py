@@ -6,6 +6,7 @@ gathers, :func:`plan_tick` decides, :mod:`~imagerefresh.planner.actions` is what
 
 from imagerefresh.planner.actions import Event, ImageChange, ImagePatch, PatchPurpose, Plan
 from imagerefresh.planner.evidence import (
+    OPERATOR_FIELD_MANAGER,
     DigestOutcome,
     LiveContainer,
     NamespacePolicy,
@@ -19,9 +20,11 @@ from imagerefresh.planner.evidence import (
     Workload,
     running_digest,
 )
+from imagerefresh.planner.guard import UnsafePatch, check_patch, unsafe_changes
 from imagerefresh.planner.tick import plan_tick, revise_target
 
 __all__ = [
+    "OPERATOR_FIELD_MANAGER",
     "DigestOutcome",
     "Event",
     "ImageChange",
@@ -37,8 +40,11 @@ __all__ = [
     "TargetKey",
     "TickInput",
     "Unresolved",
+    "UnsafePatch",
     "Workload",
+    "check_patch",
     "plan_tick",
     "revise_target",
     "running_digest",
+    "unsafe_changes",
 ]

@@ -9,18 +9,15 @@ rejects the whole patch (422) and nothing is clobbered; the next tick reads agai
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Literal
 
-from imagerefresh.models import PolicyStatus
+from imagerefresh.models import PendingPurpose, PolicyStatus
 from imagerefresh.planner.evidence import TargetKey
 
 __all__ = ["Event", "ImageChange", "ImagePatch", "PatchPurpose", "Plan"]
 
 
-class PatchPurpose(StrEnum):
-    REFRESH = "refresh"  # pin the desired digests
-    ROLLBACK = "rollback"  # restore the images a failed refresh replaced
+PatchPurpose = PendingPurpose  # a patch is sent for the purpose its pending intent records
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +26,7 @@ class ImageChange:
     json_path: str  # /spec/template/spec/containers/<index>
     expected: str  # the image the container must still have (precondition)
     image: str  # the image to write
+    repository: str  # the tracked repository, from the spec: the only one ``image`` may name
 
 
 @dataclass(frozen=True, slots=True)

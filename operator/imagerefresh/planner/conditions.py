@@ -53,7 +53,7 @@ def derive_conditions(
     not_current = [t for t in targets if t.phase is not Phase.CURRENT]
     pending = [t for t in targets if t.pending is not None]
     frozen = [t for t in targets if t.skip_streak >= spec.max_skip_ticks]
-    locked = [t for t in targets if t.refresh_attempts >= spec.max_refresh_attempts]
+    locked = [t for t in targets if t.locked_at is not None]
     if spec.suspend:
         ready = (ConditionType.READY, False, reasons.SUSPENDED, "the policy is suspended")
     elif not_current:
@@ -87,7 +87,8 @@ def derive_conditions(
             bool(locked),
             reasons.ATTEMPT_CEILING,
             reasons.UNLOCKED,
-            f"{spec.max_refresh_attempts} failed refreshes, waiting for a reset: {_names(locked)}",
+            f"failed or contested refreshes reached their ceiling, waiting for a reset: "
+            f"{_names(locked)}",
         ),
         _flag(
             ConditionType.RATE_LIMITED,

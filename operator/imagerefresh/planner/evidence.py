@@ -9,6 +9,7 @@ can fail closed on it instead of mistaking it for an empty answer.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -22,6 +23,7 @@ from imagerefresh.rollout import RolloutVerdict, rollout_verdict
 
 __all__ = [
     "ANONYMOUS",
+    "OPERATOR_FIELD_MANAGER",
     "DigestOutcome",
     "LiveContainer",
     "NamespacePolicy",
@@ -37,6 +39,8 @@ __all__ = [
 ]
 
 ANONYMOUS = "anonymous"
+OPERATOR_FIELD_MANAGER = "imagerefresh"  # the fieldManager of every write the operator makes
+_MAX_MANAGER = 128
 _EMPTY: Mapping[Any, Any] = MappingProxyType({})
 
 
@@ -74,6 +78,7 @@ class Workload:
     containers: Mapping[str, LiveContainer]
     verdict: RolloutVerdict
     expected_pods: int  # replicas, or scheduled nodes for a DaemonSet: the pulls one image costs
+    image_managers: Mapping[str, str] = field(default_factory=lambda: _EMPTY)  # who set images
 
     @classmethod
     def from_api(cls, obj: Mapping[str, Any]) -> Workload:
@@ -97,7 +102,47 @@ class Workload:
             containers=MappingProxyType(containers),
             verdict=rollout_verdict(obj),
             expected_pods=expected,
+            image_managers=MappingProxyType(_image_managers(metadata.get("managedFields"))),
         )
+
+
+def _image_managers(entries: object) -> dict[str, str]:
+    """Container → the field manager that last set its image, from ``managedFields``.
+
+    For messages only (naming who else writes the image): anything malformed is skipped.
+    """
+    owners: dict[str, tuple[str, str]] = {}  # container → (time, manager)
+    for entry in entries if isinstance(entries, list) else ():
+        if not isinstance(entry, dict):
+            continue
+        manager = str(entry.get("manager") or "an unnamed client")[:_MAX_MANAGER]
+        when = str(entry.get("time") or "")
+        template = _field(entry.get("fieldsV1"), "f:spec", "f:template", "f:spec")
+        for section in ("f:containers", "f:initContainers"):
+            for item, fields in _field(template, section).items():
+                name = _keyed_name(item)
+                owns_image = isinstance(fields, dict) and "f:image" in fields
+                if name is not None and owns_image and when >= owners.get(name, ("", ""))[0]:
+                    owners[name] = (when, manager)
+    return {name: manager for name, (_, manager) in owners.items()}
+
+
+def _field(value: object, *path: str) -> dict[str, Any]:
+    for step in path:
+        value = value.get(step) if isinstance(value, dict) else None
+    return value if isinstance(value, dict) else {}
+
+
+def _keyed_name(item: str) -> str | None:
+    """``k:{"name":"api"}`` → ``api``."""
+    if not item.startswith("k:"):
+        return None
+    try:
+        key = json.loads(item[2:])
+    except ValueError:
+        return None
+    name = key.get("name") if isinstance(key, dict) else None
+    return name if isinstance(name, str) else None
 
 
 def running_digest(image_id: str | None) -> str | None:
@@ -207,3 +252,5 @@ class TickInput:
     budgets: Mapping[tuple[str, str], BudgetSnapshot]  # (registry host, identity) → budget
     now: datetime
     namespaces: NamespacePolicy = NamespacePolicy()
+    # (workload, container) → another policy (namespace/name) that declares it too
+    claimed_elsewhere: Mapping[tuple[TargetKey, str], str] = field(default_factory=lambda: _EMPTY)

@@ -8,8 +8,14 @@ REFRESHING = "Refreshing"  # a refresh patch was applied
 REFRESHED = "Refreshed"  # a refresh settled on the new digests
 REFRESH_FAILED = "RefreshFailed"  # a refresh failed or timed out: a flap
 ROLLING_BACK = "RollingBack"  # the failed refresh is patched back to the previous images
-REFRESH_SUPERSEDED = "RefreshSuperseded"  # someone else changed the images during our refresh
+ROLLED_BACK = "RolledBack"  # a rollback settled on the previous images
+ROLLBACK_STALLED = "RollbackStalled"  # a rollback did not settle: no longer followed
+ROLLBACK_SUPERSEDED = "RollbackSuperseded"  # someone else changed the images during a rollback
+CONTESTED = "Contested"  # another writer moved images we wrote: a contested attempt
 PATCH_CONFLICT = "PatchConflict"  # the guarded patch's preconditions failed: retried next tick
+PATCH_REFUSED = "PatchRefused"  # the API server (or the write guard) refused a patch for good
+PATCH_OUTCOME_UNKNOWN = "PatchOutcomeUnknown"  # no answer to a patch: re-read next tick
+STATUS_NOT_WRITTEN = "StatusNotWritten"  # the status (or a patch's intent) could not be written
 WORKLOAD_MISSING = "WorkloadMissing"
 CONFLICT = "Conflict"
 FROZEN = "Frozen"
@@ -17,6 +23,8 @@ LOCKED = "Locked"
 
 # Events about the policy.
 RESET = "Reset"  # the reset annotation was honoured
+POLICY_INVALID = "PolicyInvalid"  # the spec could not be read: the policy does nothing
+STATUS_UNREADABLE = "StatusUnreadable"  # the status could not be read: fail closed
 
 # Condition reasons.
 ALL_CURRENT = "AllCurrent"

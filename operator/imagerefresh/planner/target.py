@@ -5,14 +5,21 @@ The steps run in the spec's order and each may end the decision:
 a. scope and shape — a namespace the policy may not reach, an absent workload, a declared
    container missing from the pod template, a live repository other than the tracked one, or an
    OnDelete workload: nothing is patched (Conflict / Missing);
-b. a pending refresh is judged first — settled on our images (success), failed or timed out
-   (a flap: attempts + 1, rollback, Locked at the ceiling), superseded by someone else's change
-   (dropped), or still rolling (Refreshing);
+b. a pending patch of ours (refresh or rollback, recorded in status before it was sent) is
+   judged first, by what the workload carries now: our images — the patch landed, so judge its
+   rollout (a refresh settled is a success; failed or timed out is a flap: attempts + 1, a
+   rollback, Locked at the ceiling); the images it replaced — it never landed (a refresh is
+   planned afresh, a rollback is owed and sent again); anything else — another writer moved
+   them (a contested attempt, naming that writer);
 c. not settled without a refresh of ours — a skip (Skipping, Frozen at the ceiling);
 d. settled — compare live images (and, for tags, the digests the pods run) with the desired
    digests;
 e. drift — Locked targets wait for a reset; the pull budget may defer; otherwise one guarded
-   patch for every drifted container of the workload.
+   patch for every drifted container of the workload, recorded as ``pending`` first. Re-pinning
+   images another writer moved away from what we last wrote counts as a contested attempt.
+
+Locked is sticky: once attempts reach the ceiling the target records ``lockedAt``, and only a
+reset clears it — raising ``maxRefreshAttempts`` does not.
 
 Unreadable evidence never becomes a patch: an API read error makes the target Error, and a
 container whose digest could not be resolved is left alone (the others still refresh).
@@ -28,6 +35,7 @@ from datetime import datetime
 from imagerefresh.models import (
     ContainerSpec,
     ContainerStatus,
+    PendingPurpose,
     PendingRefresh,
     Phase,
     PolicySpec,
@@ -36,7 +44,7 @@ from imagerefresh.models import (
     format_duration,
 )
 from imagerefresh.planner import reasons
-from imagerefresh.planner.actions import Event, ImageChange, ImagePatch, PatchPurpose
+from imagerefresh.planner.actions import Event, ImageChange, ImagePatch
 from imagerefresh.planner.evidence import (
     ANONYMOUS,
     Resolved,
@@ -101,9 +109,10 @@ class _Decision:
             kind=key.kind, namespace=key.namespace, name=key.name, phase=Phase.CURRENT
         )
         if ctx.reset:
-            base = replace_status(base, refresh_attempts=0)
+            base = replace_status(base, refresh_attempts=0, contested=0, locked_at=None)
         self.status = base
         self.outcome = TargetOutcome(status=base)
+        self.tracked = {c.name: c.tracked.repository for c in target.containers}
 
     # --- helpers -----------------------------------------------------------------------
 
@@ -114,6 +123,8 @@ class _Decision:
         self.outcome.events.append(Event(kind, reason, message, self.key))  # type: ignore[arg-type]
 
     def _finish(self, phase: Phase, message: str) -> TargetOutcome:
+        if self._at_ceiling and self.status.locked_at is None:
+            self._set(locked_at=self.ctx.now)
         self._set(phase=phase, message=message)
         if phase is not self.previous_phase:
             self._transition_event(phase, message)
@@ -131,12 +142,25 @@ class _Decision:
             self._event("Warning", warnings[phase], message)
 
     @property
-    def _locked(self) -> bool:
+    def _at_ceiling(self) -> bool:
         return self.status.refresh_attempts >= self.ctx.spec.max_refresh_attempts
+
+    @property
+    def _locked(self) -> bool:
+        # Sticky: a ceiling raised after the lock does not lift it; only a reset does.
+        return self._at_ceiling or self.status.locked_at is not None
+
+    def _count_attempt(self, *, contested: bool = False) -> int:
+        attempts = self.status.refresh_attempts + 1
+        self._set(
+            refresh_attempts=attempts,
+            contested=self.status.contested + int(contested),
+        )
+        return attempts
 
     # --- the steps -----------------------------------------------------------------------
 
-    def run(self, allowed: bool) -> TargetOutcome:
+    def run(self, allowed: bool, claimed: str | None) -> TargetOutcome:
         if self.ctx.spec.suspend:
             return self._finish(Phase.SUSPENDED, "the policy is suspended")
         if not allowed:
@@ -146,6 +170,8 @@ class _Decision:
                 "does not permit it; allow the namespace pair in the operator configuration "
                 "or move the policy",
             )
+        if claimed is not None:
+            return self._finish(Phase.CONFLICT, claimed)
         if self.evidence.error is not None:
             self.outcome.degraded = True
             return self._finish(Phase.ERROR, f"could not read {self.key}: {self.evidence.error}")
@@ -163,7 +189,13 @@ class _Decision:
         if conflict is not None:
             return self._finish(Phase.CONFLICT, conflict)
         if self.status.pending is not None:
-            judged = self._judge_pending(workload)
+            problem = self._pending_problem(workload, self.status.pending)
+            if problem is not None and not self.ctx.reset:
+                self.outcome.degraded = True
+                return self._finish(Phase.ERROR, problem)
+            judged = self._judge_pending(workload) if problem is None else None
+            if problem is not None:
+                self._set(pending=None)  # a reset rebuilds from live evidence
             if judged is not None:
                 return judged
         if not workload.verdict.settled:
@@ -217,27 +249,66 @@ class _Decision:
             return f"{workload.verdict.message}; use RollingUpdate to have it refreshed"
         return None
 
+    def _pending_problem(self, workload: Workload, pending: PendingRefresh) -> str | None:
+        """Why a pending patch read back from status cannot be ours for this target."""
+        strangers = sorted(set(pending.images) - set(self.tracked))
+        if not strangers:
+            return None
+        return (
+            f"status.pending of {self.key} names containers the policy does not declare "
+            f"({', '.join(strangers)}): it was not written by imagerefresh for this target, so "
+            f"nothing is patched on it; reset the policy to rebuild its status: imagerefresh "
+            f"reset {self.ctx.policy}"
+        )
+
+    def _images_now(self, workload: Workload, pending: PendingRefresh) -> dict[str, str]:
+        return {name: workload.containers[name].image for name in pending.images}
+
     def _judge_pending(self, workload: Workload) -> TargetOutcome | None:
+        """Judge our recorded patch by what the workload carries now (see the module docs)."""
         pending = self.status.pending
         assert pending is not None
-        live_now = {
-            name: workload.containers[name].image
-            for name in pending.images
-            if name in workload.containers
-        }
-        if live_now != pending.images:
-            self._set(pending=None)
+        now = self._images_now(workload, pending)
+        if now == pending.images:
+            if pending.purpose is PendingPurpose.ROLLBACK:
+                return self._judge_rollback(workload, pending)
+            return self._judge_refresh(workload, pending)
+        if now == pending.previous:
+            if pending.purpose is PendingPurpose.ROLLBACK:
+                return self._owe_rollback(workload, pending)
+            self._set(pending=None)  # recorded, never landed (a crash or a lost refusal)
+            return None
+        self._set(pending=None)
+        if pending.purpose is PendingPurpose.ROLLBACK:
             self._event(
                 "Normal",
-                reasons.REFRESH_SUPERSEDED,
-                f"the images of {self.key} were changed by someone else during our refresh; "
-                "it is dropped and the target is judged afresh",
+                reasons.ROLLBACK_SUPERSEDED,
+                f"the images of {self.key} were changed by {self._writers(workload, now)} "
+                "during our rollback; it is dropped and the target is judged afresh",
             )
             return None
+        attempts = self._count_attempt(contested=True)
+        self._event(
+            "Warning",
+            reasons.CONTESTED,
+            f"{self._writers(workload, now)} changed the images of {self.key} during our "
+            f"refresh: contested attempt {attempts} of {self.ctx.spec.max_refresh_attempts}. "
+            "Two writers on one image end Locked: stop the other writer (a CronJob, GitOps "
+            "self-heal, another policy) or remove the target from this policy",
+        )
+        return None
+
+    def _writers(self, workload: Workload, images: Mapping[str, str]) -> str:
+        managers = sorted(
+            {workload.image_managers.get(name, "an unknown writer") for name in images}
+        )
+        return ", ".join(f"field manager {m!r}" for m in managers)
+
+    def _judge_refresh(self, workload: Workload, pending: PendingRefresh) -> TargetOutcome | None:
         if workload.verdict.settled:
             self._set(
                 pending=None,
-                refresh_attempts=0,
+                refresh_attempts=self.status.contested,  # a success never clears contests
                 last_refresh=self.ctx.now,
                 last_good={c.name: c.live for c in self.status.containers if c.live},
             )
@@ -246,62 +317,107 @@ class _Decision:
             )
             self._event("Normal", reasons.REFRESHED, f"{self.key} rolled out {changed}")
             return None
-        timed_out = self.ctx.now - pending.started_at > self.ctx.spec.rollout_timeout
-        if workload.verdict.state is RolloutState.FAILED or timed_out:
-            return self._fail_refresh(workload, pending, timed_out)
+        if workload.verdict.state is RolloutState.FAILED:
+            return self._fail_refresh(workload, pending, workload.verdict.message)
+        if self._timed_out(pending):
+            return self._fail_refresh(
+                workload,
+                pending,
+                "it did not settle within rolloutTimeout "
+                f"{format_duration(self.ctx.spec.rollout_timeout)}",
+            )
         return self._finish(
             Phase.REFRESHING, f"rolling out our refresh: {workload.verdict.message}"
         )
 
-    def _fail_refresh(
-        self, workload: Workload, pending: PendingRefresh, timed_out: bool
-    ) -> TargetOutcome:
-        attempts = self.status.refresh_attempts + 1
+    def _timed_out(self, pending: PendingRefresh) -> bool:
+        return self.ctx.now - pending.started_at > self.ctx.spec.rollout_timeout
+
+    def _fail_refresh(self, workload: Workload, pending: PendingRefresh, why: str) -> TargetOutcome:
+        attempts = self._count_attempt()
         ceiling = self.ctx.spec.max_refresh_attempts
-        why = (
-            "it did not settle within rolloutTimeout "
-            f"{format_duration(self.ctx.spec.rollout_timeout)}"
-            if timed_out
-            else workload.verdict.message
-        )
-        self._set(pending=None, refresh_attempts=attempts)
         self._event(
             "Warning",
             reasons.REFRESH_FAILED,
             f"refresh of {self.key} failed (attempt {attempts} of {ceiling}): {why}",
         )
-        rollback = ""
-        if self.ctx.spec.rollback_on_failure and not self.ctx.spec.dry_run:
-            self.outcome.patch = ImagePatch(
-                self.key,
-                PatchPurpose.ROLLBACK,
-                tuple(
-                    ImageChange(
-                        name,
-                        workload.containers[name].json_path,
-                        expected=pending.images[name],
-                        image=pending.previous[name],
-                    )
-                    for name in sorted(pending.images)
-                ),
+        if not self.ctx.spec.rollback_on_failure or self.ctx.spec.dry_run:
+            self._set(pending=None)
+            if self._locked:
+                return self._finish(Phase.LOCKED, self._locked_message(why))
+            return self._finish(
+                Phase.SKIPPING, f"refresh failed (attempt {attempts} of {ceiling}): {why}"
             )
-            rollback = "; rolled back to the previous images"
+        rollback = PendingRefresh(
+            purpose=PendingPurpose.ROLLBACK,
+            images=pending.previous,
+            previous=pending.images,
+            started_at=self.ctx.now,
+        )
+        self._set(pending=rollback)
+        self.outcome.patch = self._patch(workload, rollback)
+        self._event(
+            "Warning",
+            reasons.ROLLING_BACK,
+            f"rolling {self.key} back to "
+            + ", ".join(f"{n}={i}" for n, i in sorted(rollback.images.items())),
+        )
+        detail = f"refresh failed (attempt {attempts} of {ceiling}): {why}; rolling back"
+        if self._locked:
+            return self._finish(Phase.LOCKED, self._locked_message(f"{why}; rolling back"))
+        return self._finish(Phase.ROLLING_BACK, detail)
+
+    def _judge_rollback(self, workload: Workload, pending: PendingRefresh) -> TargetOutcome | None:
+        restored = ", ".join(f"{n}={i}" for n, i in sorted(pending.images.items()))
+        if workload.verdict.settled:
+            self._set(pending=None)
+            self._event("Normal", reasons.ROLLED_BACK, f"{self.key} rolled back to {restored}")
+            return None
+        if workload.verdict.state is RolloutState.FAILED or self._timed_out(pending):
+            # Never roll back a rollback: stop following it; the skip streak takes over.
+            self._set(pending=None)
             self._event(
                 "Warning",
-                reasons.ROLLING_BACK,
-                f"rolling {self.key} back to "
-                + ", ".join(f"{n}={i}" for n, i in sorted(pending.previous.items())),
+                reasons.ROLLBACK_STALLED,
+                f"the rollback of {self.key} to {restored} has not settled: "
+                f"{workload.verdict.message}",
             )
+            return None
+        message = f"rolling back to {restored}: {workload.verdict.message}"
         if self._locked:
-            return self._finish(Phase.LOCKED, self._locked_message(why))
-        return self._finish(
-            Phase.SKIPPING, f"refresh failed (attempt {attempts} of {ceiling}): {why}{rollback}"
+            return self._finish(Phase.LOCKED, self._locked_message(message))
+        return self._finish(Phase.ROLLING_BACK, message)
+
+    def _owe_rollback(self, workload: Workload, pending: PendingRefresh) -> TargetOutcome:
+        """A rollback recorded but not (yet) landed: owed, sent again every tick until it is."""
+        self.outcome.patch = self._patch(workload, pending)
+        restored = ", ".join(f"{n}={i}" for n, i in sorted(pending.images.items()))
+        message = f"rollback to {restored} owed: sending it again"
+        if self._locked:
+            return self._finish(Phase.LOCKED, self._locked_message(message))
+        return self._finish(Phase.ROLLING_BACK, message)
+
+    def _patch(self, workload: Workload, pending: PendingRefresh) -> ImagePatch:
+        """The guarded patch that carries out ``pending``: its images over its previous ones."""
+        return ImagePatch(
+            self.key,
+            pending.purpose,
+            tuple(
+                ImageChange(
+                    name,
+                    workload.containers[name].json_path,
+                    expected=pending.previous[name],
+                    image=pending.images[name],
+                    repository=self.tracked[name],
+                )
+                for name in sorted(pending.images)
+            ),
         )
 
     def _locked_message(self, detail: str) -> str:
         return (
-            f"locked after {self.status.refresh_attempts} failed refreshes ({detail}); no "
-            f"re-imaging until a reset: imagerefresh reset {self.ctx.policy}"
+            f"locked after {self.status.refresh_attempts} failed or contested refreshes "
+            f"({detail}); no re-imaging until a reset: imagerefresh reset {self.ctx.policy}"
         )
 
     def _skip(self, workload: Workload) -> TargetOutcome:
@@ -369,22 +485,45 @@ class _Decision:
             return self._finish(Phase.DEFERRED, f"deferred: {refusal}{note}")
         if self.ctx.spec.dry_run:
             return self._finish(Phase.DRIFTED, f"dry run, would patch {plan}{note}")
-        changes = []
-        for name, digest in sorted({**self._adopted_tags(workload), **drifted}.items()):
-            live = workload.containers[name]
-            image = parse(live.image).pinned(digest).familiar
-            changes.append(ImageChange(name, live.json_path, expected=live.image, image=image))
-        self.outcome.patch = ImagePatch(self.key, PatchPurpose.REFRESH, tuple(changes))
-        self._set(
-            pending=PendingRefresh(
-                images={c.container: c.image for c in changes},
-                previous={c.container: c.expected for c in changes},
-                started_at=self.ctx.now,
-                generation=workload.generation + 1,
+        moved = self._moved_since_our_write(workload, drifted)
+        if moved:
+            attempts = self._count_attempt(contested=True)
+            self._event(
+                "Warning",
+                reasons.CONTESTED,
+                f"{self._writers(workload, moved)} changed {', '.join(sorted(moved))} of "
+                f"{self.key} away from what imagerefresh last wrote: re-pinning is contested "
+                f"attempt {attempts} of {self.ctx.spec.max_refresh_attempts}. Two writers on "
+                "one image end Locked: stop the other writer (a CronJob, GitOps self-heal, "
+                "another policy) or remove the target from this policy",
             )
+            if self._locked:
+                return self._finish(Phase.LOCKED, self._locked_message(f"contested: {plan}"))
+        pins = {**self._adopted_tags(workload), **drifted}
+        pending = PendingRefresh(
+            images={
+                name: parse(workload.containers[name].image).pinned(digest).familiar
+                for name, digest in pins.items()
+            },
+            previous={name: workload.containers[name].image for name in pins},
+            started_at=self.ctx.now,
         )
+        self.outcome.patch = self._patch(workload, pending)
+        self._set(pending=pending)
         self._event("Normal", reasons.REFRESHING, f"patching {self.key}: {plan}")
         return self._finish(Phase.REFRESHING, f"refreshing {plan}{note}")
+
+    def _moved_since_our_write(
+        self, workload: Workload, drifted: Mapping[str, str]
+    ) -> dict[str, str]:
+        """Drifted containers whose live image is not what imagerefresh last wrote there."""
+        moved = {}
+        for name in drifted:
+            ours = self.status.last_good.get(name)
+            live = workload.containers[name].image
+            if ours is not None and _normalised(live) != ours:
+                moved[name] = live
+        return moved
 
     def _adopted_tags(self, workload: Workload) -> dict[str, str]:
         """Containers still on a tag whose pods already run the desired digest.
@@ -437,6 +576,10 @@ def plan_target(
     previous: TargetStatus | None,
     evidence: TargetEvidence,
     allowed: bool,
+    claimed: str | None = None,
 ) -> TargetOutcome:
-    """Decide one target's tick; see the module docstring for the order of the rules."""
-    return _Decision(ctx, target, key, previous, evidence).run(allowed)
+    """Decide one target's tick; see the module docstring for the order of the rules.
+
+    ``claimed`` says why another target or policy claims the same containers (a Conflict).
+    """
+    return _Decision(ctx, target, key, previous, evidence).run(allowed, claimed)

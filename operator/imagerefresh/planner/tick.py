@@ -17,6 +17,7 @@ from imagerefresh.models import (
     Phase,
     PolicyStatus,
     RegistryStatus,
+    TargetSpec,
     TargetStatus,
 )
 from imagerefresh.planner import reasons
@@ -100,6 +101,29 @@ def _flagged(status: PolicyStatus, kind: ConditionType) -> tuple[str, ...]:
     return (condition.message,) if condition is not None and condition.status == "True" else ()
 
 
+def _claimed(
+    key: TargetKey, target: TargetSpec, keys: list[TargetKey], tick: TickInput
+) -> str | None:
+    """Why ``target``'s containers are not this target's alone (a Conflict), if they are not.
+
+    Two targets naming one workload (one with an explicit namespace, one defaulted to the
+    policy's) or two policies declaring one container would write the same images in turns.
+    """
+    if keys.count(key) > 1:
+        return (
+            f"{key} is targeted more than once by this policy (after defaulting the namespace); "
+            "declare each workload once"
+        )
+    for container in target.containers:
+        other = tick.claimed_elsewhere.get((key, container.name))
+        if other is not None:
+            return (
+                f"container {container.name!r} of {key} is also declared by policy {other}; "
+                "one container, one policy: remove it from one of them"
+            )
+    return None
+
+
 def plan_tick(tick: TickInput) -> Plan:
     """Decide one tick of one policy. Pure: the same input always gives the same plan."""
     policy, spec, before = tick.policy, tick.policy.spec, tick.policy.status
@@ -108,12 +132,15 @@ def plan_tick(tick: TickInput) -> Plan:
         spec, f"{policy.namespace}/{policy.name}", tick.now, tick.budgets, reset, Counter()
     )
     previous = {_key(status): status for status in before.targets}
+    keys = [policy.target_key(index) for index in range(len(spec.targets))]
     outcomes: list[tuple[TargetKey, TargetOutcome]] = []
-    for index, target in enumerate(spec.targets):
-        key = policy.target_key(index)
+    for key, target in zip(keys, spec.targets, strict=True):
         allowed = tick.namespaces.allows(policy.namespace, key.namespace)
         evidence = tick.evidence.get(key, _NOT_READ)
-        outcomes.append((key, plan_target(ctx, target, key, previous.get(key), evidence, allowed)))
+        claimed = _claimed(key, target, keys, tick)
+        outcomes.append(
+            (key, plan_target(ctx, target, key, previous.get(key), evidence, allowed, claimed))
+        )
     targets = tuple(outcome.status for _, outcome in outcomes)
     flags = TickFlags(
         degraded=tuple(str(key) for key, outcome in outcomes if outcome.degraded),

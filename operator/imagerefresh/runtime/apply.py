@@ -1,10 +1,24 @@
-"""Carry out a plan: the guarded patches, the events, and the status — only if it changed.
+"""Carry out a plan: record the intent, send the guarded patches, write the outcome, post events.
 
-This is the write half of the imperative shell. A patch whose preconditions fail (someone edited
-the workload between our read and our write) overwrites nothing: the target keeps its previous
-status with a message saying so, and the next tick reads afresh — neither a skip nor a flap.
-The status is compared with what the policy already carries and written once, with the
-resourceVersion it was read at; an idle tick therefore makes no API write at all.
+This is the write half of the imperative shell, and its order is the point:
+
+1. A plan with patches first writes its status — which carries each patch as ``pending`` — and
+   sends nothing unless that write landed. A patch that lands is then always recognised as the
+   operator's own, even after a crash or a lost status write (SPEC §4 f).
+2. Each patch is sent through :meth:`~imagerefresh.kube.api.KubeApi.patch_images` (the write
+   guard runs there) and its outcome is one of four, each with one meaning in status:
+   *landed* (pending gets the generation it produced); *precondition failed* (someone edited
+   the workload since we read it: nothing was overwritten, the target keeps its previous phase
+   and is read again next tick — not a refusal, not a flap); *refused for good* (400/401/403/
+   404/422, admission, RBAC, or the write guard: phase ``Refused``, never ``Current``; a refused
+   refresh's intent is cleared, a refused rollback stays owed); *unknown* (timeout, 5xx: the
+   intent is kept and the workload is read again next tick).
+3. The outcome status is written only if it differs from what the policy carries, so an idle
+   tick makes no API write at all.
+
+A status write that meets a 409 is retried on the fresh object only when nobody else changed
+the status or the spec meanwhile (an annotation, kopf's bookkeeping); otherwise this tick's
+view is stale and it is given up — never written blindly over someone else's status.
 """
 
 from __future__ import annotations
@@ -13,30 +27,47 @@ import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import Enum
 from typing import Any
 
 import structlog
+from pydantic import ValidationError
 
 from imagerefresh.kube.api import KubeApi
-from imagerefresh.kube.errors import KubeError, PreconditionFailed, ResourceConflict
-from imagerefresh.models import Phase, PolicyStatus, TargetStatus
+from imagerefresh.kube.errors import (
+    KubeError,
+    KubeUnavailable,
+    PreconditionFailed,
+    ResourceConflict,
+)
+from imagerefresh.models import ConditionType, PendingPurpose, Phase, PolicyStatus, TargetStatus
+from imagerefresh.models.base import format_timestamp
+from imagerefresh.models.status import MAX_TEXT
 from imagerefresh.planner import (
     Event,
     ImagePatch,
-    PatchPurpose,
     Plan,
     PolicyView,
+    UnsafePatch,
     reasons,
     revise_target,
 )
 from imagerefresh.runtime.events import EventRecorder
-from imagerefresh.runtime.gather import Gathered
+from imagerefresh.runtime.gather import Gathered, PolicyUnreadable
 
-__all__ = ["Applied", "apply_plan"]
+__all__ = ["Applied", "apply_plan", "mark_unreadable"]
 
 log = structlog.get_logger(__name__)
 
 STATUS_WRITE_ATTEMPTS = 3
+_ANNOUNCED = {reasons.REFRESHING, reasons.ROLLING_BACK}
+
+
+class Sent(Enum):
+    LANDED = "landed"
+    PRECONDITION_FAILED = "precondition failed"
+    REFUSED = "refused"
+    UNKNOWN = "unknown"
 
 
 @dataclass
@@ -45,33 +76,115 @@ class Applied:
 
     status: PolicyStatus
     patched: list[ImagePatch] = field(default_factory=list)
-    refused: list[ImagePatch] = field(default_factory=list)
+    refused: list[ImagePatch] = field(default_factory=list)  # refused for good
+    conflicted: list[ImagePatch] = field(default_factory=list)  # preconditions failed
+    unknown: list[ImagePatch] = field(default_factory=list)  # no answer: re-read next tick
+    held: list[ImagePatch] = field(default_factory=list)  # not sent: intent not recorded
     events: list[Event] = field(default_factory=list)
     status_written: bool = False
 
 
-def _reverted(
-    view: PolicyView, plan_status: PolicyStatus, patch: ImagePatch, message: str
-) -> TargetStatus:
-    """The target as it stood before this tick, for a refresh the API server refused."""
+@dataclass(frozen=True)
+class _Written:
+    policy: Mapping[str, Any]  # the policy as of the last write (or as read)
+    written: bool = False
+    error: str | None = None  # why the status could not be written
+
+
+def _send(api: KubeApi, patch: ImagePatch) -> tuple[Sent, str, int | None]:
+    """Send one guarded patch: its outcome, a message, and the generation it produced."""
+    try:
+        obj = api.patch_images(patch)
+    except UnsafePatch as error:
+        return Sent.REFUSED, str(error), None
+    except (PreconditionFailed, ResourceConflict) as error:
+        return (
+            Sent.PRECONDITION_FAILED,
+            (
+                f"{patch.target} changed between our read and our patch ({error}); "
+                "nothing was overwritten, it is read again next tick"
+            ),
+            None,
+        )
+    except KubeUnavailable as error:
+        return Sent.UNKNOWN, _unknown(patch, str(error)), None
+    except KubeError as error:
+        if error.status is None or not 400 <= error.status < 500:
+            return Sent.UNKNOWN, _unknown(patch, str(error)), None
+        return (
+            Sent.REFUSED,
+            (
+                f"the API server refused the {patch.purpose} of {patch.target} for good: {error}. "
+                "Nothing changed; it is tried again every tick until what refuses it (an admission "
+                "policy, RBAC, validation) allows it"
+            ),
+            None,
+        )
+    generation = (obj.get("metadata") or {}).get("generation")
+    return Sent.LANDED, "", generation if isinstance(generation, int) else None
+
+
+def _unknown(patch: ImagePatch, error: str) -> str:
+    return (
+        f"no answer to the {patch.purpose} of {patch.target} ({error}); the intent is kept and "
+        "whether it landed is read from the workload next tick"
+    )
+
+
+def _target(status: PolicyStatus, patch: ImagePatch) -> TargetStatus:
+    key = (patch.target.kind, patch.target.namespace, patch.target.name)
+    return next(t for t in status.targets if (t.kind, t.namespace, t.name) == key)
+
+
+def _previous_phase(view: PolicyView, patch: ImagePatch) -> Phase | None:
     key = (patch.target.kind, patch.target.namespace, patch.target.name)
     before = next((t for t in view.status.targets if (t.kind, t.namespace, t.name) == key), None)
-    planned = next(t for t in plan_status.targets if (t.kind, t.namespace, t.name) == key)
-    base = before or planned.model_copy(update={"phase": Phase.SKIPPING})
-    return base.model_copy(update={"pending": None, "message": message})
+    return before.phase if before is not None else None
 
 
-def _try_patch(api: KubeApi, patch: ImagePatch) -> tuple[str, str] | None:
-    """Apply one guarded patch; None when it landed, else why not (reason, message)."""
-    try:
-        api.patch_images(patch)
-    except PreconditionFailed as error:
-        return reasons.PATCH_CONFLICT, (
-            f"{patch.target} changed between our read and our patch ({error}); "
-            "nothing was overwritten, it is read again next tick"
+def _revised(
+    view: PolicyView,
+    planned: TargetStatus,
+    patch: ImagePatch,
+    sent: Sent,
+    message: str,
+    gen: int | None,
+) -> TargetStatus:
+    """The target's status once ``patch``'s outcome is known."""
+    pending = planned.pending
+    rollback = patch.purpose is PendingPurpose.ROLLBACK
+    if sent is Sent.LANDED:
+        landed = pending.model_copy(update={"generation": gen}) if pending is not None else None
+        return planned.model_copy(update={"pending": landed})
+    if sent is Sent.UNKNOWN:
+        return planned.model_copy(update={"message": message})
+    if sent is Sent.REFUSED:
+        # A refused refresh never happened; a refused rollback is still owed.
+        return planned.model_copy(
+            update={
+                "phase": Phase.REFUSED,
+                "message": message + ("; the rollback stays owed" if rollback else ""),
+                "pending": pending if rollback else None,
+            }
         )
-    except KubeError as error:
-        return "PatchFailed", f"could not patch {patch.target}: {error}"
+    # Precondition failed: nothing was overwritten and nothing is concluded from it. A
+    # rollback's intent stays (the next tick sees who moved the images); a refresh's goes.
+    return planned.model_copy(
+        update={
+            "phase": _previous_phase(view, patch) or Phase.SKIPPING,
+            "message": message,
+            "pending": pending if rollback else None,
+        }
+    )
+
+
+def _outcome_event(view: PolicyView, patch: ImagePatch, sent: Sent, message: str) -> Event | None:
+    if sent is Sent.PRECONDITION_FAILED:
+        return Event("Warning", reasons.PATCH_CONFLICT, message, patch.target)
+    if sent is Sent.UNKNOWN:
+        return Event("Warning", reasons.PATCH_OUTCOME_UNKNOWN, message, patch.target)
+    if sent is Sent.REFUSED and _previous_phase(view, patch) is not Phase.REFUSED:
+        return Event("Warning", reasons.PATCH_REFUSED, message, patch.target)
     return None
 
 
@@ -81,24 +194,29 @@ async def _patch(
     view = gathered.tick.policy
     # Each patch is guarded on its own workload's images and no two name one workload: they
     # run concurrently, and what each outcome changes is then applied in the plan's order.
-    outcomes = await asyncio.gather(
-        *(asyncio.to_thread(_try_patch, api, patch) for patch in plan.patches)
-    )
-    for patch, refusal in zip(plan.patches, outcomes, strict=True):
-        if refusal is None:
-            applied.patched.append(patch)
-            continue
-        reason, message = refusal
-        applied.refused.append(patch)
-        announced = {reasons.REFRESHING, reasons.ROLLING_BACK}
-        applied.events = [
-            e for e in applied.events if not (e.target == patch.target and e.reason in announced)
-        ]
-        applied.events.append(Event("Warning", reason, message, patch.target))
-        if patch.purpose is PatchPurpose.REFRESH:
-            applied.status = revise_target(
-                view, applied.status, _reverted(view, applied.status, patch, message), now
-            )
+    outcomes = await asyncio.gather(*(asyncio.to_thread(_send, api, p) for p in plan.patches))
+    for patch, (sent, message, generation) in zip(plan.patches, outcomes, strict=True):
+        {
+            Sent.LANDED: applied.patched,
+            Sent.REFUSED: applied.refused,
+            Sent.PRECONDITION_FAILED: applied.conflicted,
+            Sent.UNKNOWN: applied.unknown,
+        }[sent].append(patch)
+        if sent is not Sent.LANDED:
+            _unannounce(applied, patch)
+            event = _outcome_event(view, patch, sent, message)
+            if event is not None:
+                applied.events.append(event)
+        planned = _target(applied.status, patch)
+        target = _revised(view, planned, patch, sent, message, generation)
+        applied.status = revise_target(view, applied.status, target, now)
+
+
+def _unannounce(applied: Applied, patch: ImagePatch) -> None:
+    """Drop the plan's "patching …" events for a patch that did not land."""
+    applied.events = [
+        e for e in applied.events if not (e.target == patch.target and e.reason in _ANNOUNCED)
+    ]
 
 
 def _record_events(
@@ -112,28 +230,53 @@ def _record_events(
             recorder.record(workload, event.type, event.reason, event.message)
 
 
-def _write_status(api: KubeApi, policy: Mapping[str, Any], status: PolicyStatus) -> bool:
-    """Write ``status`` unless the policy already carries it; True when a write happened."""
-    current = PolicyStatus.model_validate(policy.get("status") or {})
-    if current.to_api() == status.to_api():
-        return False
+def _carries(policy: Mapping[str, Any], status: PolicyStatus) -> bool:
+    try:
+        current = PolicyStatus.model_validate(policy.get("status") or {})
+    except ValidationError:
+        return False  # an unreadable status is being rebuilt: it differs
+    return current.to_api() == status.to_api()
+
+
+def _unchanged_meanwhile(read: Mapping[str, Any], fresh: Mapping[str, Any]) -> bool:
+    """Whether only what is not ours to judge (annotations, bookkeeping) changed since ``read``."""
+    return read.get("status") == fresh.get("status") and (read["metadata"].get("generation")) == (
+        fresh["metadata"].get("generation")
+    )
+
+
+def _write_status(api: KubeApi, policy: Mapping[str, Any], status: PolicyStatus) -> _Written:
+    """Write ``status`` unless the policy already carries it (see the module docstring)."""
+    if _carries(policy, status):
+        return _Written(policy)
     metadata = policy["metadata"]
     for _ in range(STATUS_WRITE_ATTEMPTS):
         try:
-            api.replace_policy_status(policy, status.to_api())
-            return True
-        except ResourceConflict:
-            # Someone wrote the policy (an annotation, the spec) since we read it. The status
-            # is ours alone and still true of this tick: write it at the new version.
+            return _Written(api.replace_policy_status(policy, status.to_api()), written=True)
+        except ResourceConflict as error:
             fresh = api.read_policy(metadata["namespace"], metadata["name"])
-            if fresh is None:
-                return False
+            if fresh is None or not _unchanged_meanwhile(policy, fresh):
+                return _Written(policy, error=f"{error}; the policy changed meanwhile")
             policy = fresh
-    log.warning(
-        "status not written after repeated conflicts; retried next tick",
-        policy=f"{metadata['namespace']}/{metadata['name']}",
+        except KubeError as error:
+            return _Written(policy, error=str(error))
+    return _Written(policy, error="repeated conflicts writing the status")
+
+
+def _not_written(view: PolicyView, error: str, held: list[ImagePatch]) -> Event:
+    what = (
+        f"nothing was patched ({', '.join(str(p.target) for p in held)} held back: a patch is "
+        "sent only once its intent is recorded)"
+        if held
+        else "the outcome of this tick is not recorded"
     )
-    return False
+    return Event(
+        "Warning",
+        reasons.STATUS_NOT_WRITTEN,
+        f"could not write the status of {view.namespace}/{view.name}: {error}; {what}; "
+        "retried next tick — grant update on imagerefreshpolicies/status and check admission "
+        "policies on it",
+    )
 
 
 async def apply_plan(
@@ -145,8 +288,89 @@ async def apply_plan(
     events: EventRecorder,
 ) -> Applied:
     """Apply ``plan`` to the cluster; returns what was done (its events are on their way)."""
+    view = gathered.tick.policy
     applied = Applied(status=plan.status, events=list(plan.events))
-    await _patch(api, plan, gathered, now, applied)
-    applied.status_written = await asyncio.to_thread(_write_status, api, policy, applied.status)
+    if plan.patches:
+        intent = await asyncio.to_thread(_write_status, api, policy, plan.status)
+        if intent.error is not None:
+            applied.held = list(plan.patches)
+            for patch in plan.patches:
+                _unannounce(applied, patch)
+            applied.events.append(_not_written(view, intent.error, applied.held))
+            _record_events(events, policy, gathered, applied.events)
+            return applied
+        policy, applied.status_written = intent.policy, intent.written
+        await _patch(api, plan, gathered, now, applied)
+    outcome = await asyncio.to_thread(_write_status, api, policy, applied.status)
+    applied.status_written = applied.status_written or outcome.written
+    if outcome.error is not None:
+        log.warning(
+            "status not written", policy=f"{view.namespace}/{view.name}", error=outcome.error
+        )
+        applied.events.append(_not_written(view, outcome.error, []))
     _record_events(events, policy, gathered, applied.events)
     return applied
+
+
+def _raw_condition(
+    old: Mapping[str, Any] | None, kind: str, status: str, reason: str, message: str, at: Any
+) -> dict[str, Any]:
+    """A condition as JSON, keeping ``old``'s transition time while its status holds."""
+    since = format_timestamp(at["now"])
+    if old is not None and old.get("status") == status and old.get("lastTransitionTime"):
+        since = old["lastTransitionTime"]
+    return {
+        "type": kind,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": since,
+        "observedGeneration": at["generation"],
+    }
+
+
+def mark_unreadable(
+    api: KubeApi, policy: Mapping[str, Any], error: PolicyUnreadable, now: datetime
+) -> tuple[bool, list[Event]]:
+    """Say, in status, that the policy could not be read — and change nothing else of it.
+
+    Only conditions are written: ``Degraded`` True and, when the spec is what is invalid,
+    ``Ready`` False (so an old Ready True never stays green over a policy that does nothing).
+    The rest of the status stays as it is: an unreadable status is not ours to overwrite; a
+    reset rebuilds it. Returns whether a write happened and the events to post.
+    """
+    metadata = policy["metadata"]
+    raw = dict(policy.get("status") or {})
+    conditions = raw.get("conditions")
+    existing = (
+        [c for c in conditions if isinstance(c, dict)] if isinstance(conditions, list) else []
+    )
+    by_type = {c.get("type"): c for c in existing}
+    reason = reasons.POLICY_INVALID if error.part == "spec" else reasons.STATUS_UNREADABLE
+    message = str(error)[:MAX_TEXT]
+    context = {"now": now, "generation": int(metadata.get("generation") or 0)}
+    wanted = [(ConditionType.DEGRADED.value, "True")]
+    if error.part == "spec":
+        wanted.append((ConditionType.READY.value, "False"))
+    updated = dict(by_type)
+    for kind, status in wanted:
+        updated[kind] = _raw_condition(by_type.get(kind), kind, status, reason, message, context)
+    if updated == by_type:
+        return False, []
+    raw["conditions"] = [updated[c.get("type")] for c in existing] + [
+        updated[kind] for kind, _ in wanted if kind not in by_type
+    ]
+    degraded = by_type.get(ConditionType.DEGRADED.value) or {}
+    events = []
+    if (degraded.get("status"), degraded.get("reason")) != ("True", reason):
+        events.append(Event("Warning", reason, message))
+    try:
+        api.replace_policy_status(policy, raw)
+    except KubeError as failure:
+        log.warning(
+            "unreadable policy not marked",
+            policy=f"{metadata['namespace']}/{metadata['name']}",
+            error=str(failure),
+        )
+        return False, events
+    return True, events

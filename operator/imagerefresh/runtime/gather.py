@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any
 
 import structlog
+from pydantic import ValidationError
 
 from imagerefresh.credentials import ANONYMOUS, Credentials, credentials_for
 from imagerefresh.kube.api import KubeApi, ReadCache
@@ -38,7 +39,7 @@ from imagerefresh.reference import registry_host
 from imagerefresh.resolver import ResolutionKey, SharedResolver
 from imagerefresh.runtime.config import OperatorConfig
 
-__all__ = ["RESET_ANNOTATION", "Gathered", "gather", "policy_view"]
+__all__ = ["RESET_ANNOTATION", "Gathered", "PolicyUnreadable", "gather", "policy_view"]
 
 log = structlog.get_logger(__name__)
 
@@ -72,16 +73,56 @@ class Gathered:
     workloads: Mapping[TargetKey, Mapping[str, Any]]
 
 
+class PolicyUnreadable(ValueError):
+    """The policy's spec or status cannot be read: the tick does nothing but say so."""
+
+    def __init__(self, part: str, message: str) -> None:
+        super().__init__(message)
+        self.part = part  # "spec" or "status"
+
+
+def _errors(error: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}" for e in error.errors()[:5]
+    )
+
+
 def policy_view(policy: Mapping[str, Any]) -> PolicyView:
-    """The planner's view of a policy object; raises pydantic's ValidationError if malformed."""
+    """The planner's view of a policy object; :class:`PolicyUnreadable` if it cannot be read.
+
+    A status that does not parse fails closed — unless a new reset was requested, which
+    rebuilds the status from live evidence (the tick then starts from an empty one).
+    """
     metadata = policy["metadata"]
+    name = f"{metadata['namespace']}/{metadata['name']}"
+    reset = (metadata.get("annotations") or {}).get(RESET_ANNOTATION)
+    try:
+        spec = PolicySpec.model_validate(policy.get("spec") or {})
+    except ValidationError as error:
+        raise PolicyUnreadable(
+            "spec",
+            f"the spec of {name} is invalid ({_errors(error)}); nothing is refreshed until it "
+            "is fixed",
+        ) from error
+    raw = policy.get("status") or {}
+    try:
+        status = PolicyStatus.model_validate(raw)
+    except ValidationError as error:
+        if reset is None or reset == (raw.get("lastReset") if isinstance(raw, dict) else None):
+            raise PolicyUnreadable(
+                "status",
+                f"the status of {name} cannot be read ({_errors(error)}); it was not written "
+                "by this operator, so nothing is patched on it. Reset the policy to rebuild "
+                f"it from live evidence: imagerefresh reset {name}",
+            ) from error
+        status = PolicyStatus()
     return PolicyView(
         namespace=metadata["namespace"],
         name=metadata["name"],
         generation=int(metadata.get("generation") or 0),
-        spec=PolicySpec.model_validate(policy["spec"]),
-        status=PolicyStatus.model_validate(policy.get("status") or {}),
-        reset_request=(metadata.get("annotations") or {}).get(RESET_ANNOTATION),
+        spec=spec,
+        status=status,
+        reset_request=reset,
     )
 
 
@@ -189,12 +230,15 @@ async def gather(
     ledger: RateLimitLedger,
     config: OperatorConfig,
     now: datetime,
+    claimed_elsewhere: Mapping[tuple[TargetKey, str], str] | None = None,
 ) -> Gathered:
-    """Everything one tick of ``policy`` decides on."""
+    """Everything one tick of ``policy`` decides on (``claimed_elsewhere``: other policies'
+    containers, see :mod:`.claims`)."""
     view = policy_view(policy)
     spec = view.spec
+    claims = claimed_elsewhere or {}
     if spec.suspend:
-        return Gathered(TickInput(view, {}, {}, now, config.namespaces), {})
+        return Gathered(TickInput(view, {}, {}, now, config.namespaces, claims), {})
     keys = [view.target_key(index) for index in range(len(spec.targets))]
     reachable = [k for k in keys if config.namespaces.allows(view.namespace, k.namespace)]
     reads = await _read_all(api, reachable, config.kube_concurrency)
@@ -239,4 +283,4 @@ async def gather(
         targets=len(evidence),
         resolutions=len(set(wanted.values())),
     )
-    return Gathered(TickInput(view, evidence, budgets, now, config.namespaces), workloads)
+    return Gathered(TickInput(view, evidence, budgets, now, config.namespaces, claims), workloads)

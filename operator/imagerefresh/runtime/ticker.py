@@ -13,19 +13,20 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 import structlog
-from pydantic import ValidationError
 
 from imagerefresh.kube.api import KubeApi
 from imagerefresh.metrics import Metrics
 from imagerefresh.planner import PatchPurpose, Plan, plan_tick
 from imagerefresh.ratelimit import RateLimitLedger
 from imagerefresh.resolver import SharedResolver
-from imagerefresh.runtime.apply import Applied, apply_plan
+from imagerefresh.runtime.apply import Applied, apply_plan, mark_unreadable
+from imagerefresh.runtime.claims import ClaimIndex
 from imagerefresh.runtime.config import OperatorConfig
 from imagerefresh.runtime.events import EventRecorder
-from imagerefresh.runtime.gather import Gathered, gather
+from imagerefresh.runtime.gather import Gathered, PolicyUnreadable, gather
 
 __all__ = ["PolicyTicker", "TickOutcome"]
 
@@ -57,9 +58,11 @@ class PolicyTicker:
         self.api, self.resolver, self.ledger = api, resolver, ledger
         self.config, self.metrics, self.clock = config, metrics, clock
         self.events = events if events is not None else EventRecorder(api)
+        self.claims = ClaimIndex()  # fed by the watch on policies (handlers)
         self._slots = asyncio.Semaphore(config.tick_concurrency)
 
-    async def _gather(self, policy: dict[str, object], now: datetime) -> Gathered:
+    async def _gather(self, policy: dict[str, Any], now: datetime) -> Gathered:
+        metadata = policy["metadata"]
         return await gather(
             policy,
             api=self.api,
@@ -67,6 +70,7 @@ class PolicyTicker:
             ledger=self.ledger,
             config=self.config,
             now=now,
+            claimed_elsewhere=self.claims.elsewhere(metadata["namespace"], metadata["name"]),
         )
 
     async def plan(self, namespace: str, name: str) -> tuple[Gathered, Plan] | None:
@@ -99,11 +103,9 @@ class PolicyTicker:
             now = self.clock()
             try:
                 gathered = await self._gather(policy, now)
-            except ValidationError as error:
-                outcome = "invalid"
-                log.error(
-                    "policy spec is invalid; fix it", policy=f"{namespace}/{name}", error=str(error)
-                )
+            except PolicyUnreadable as error:
+                outcome = "invalid" if error.part == "spec" else "unreadable_status"
+                await self._unreadable(policy, error, now)
                 return None
             plan = plan_tick(gathered.tick)
             applied = await apply_plan(plan, policy, gathered, self.api, now, self.events)
@@ -115,18 +117,40 @@ class PolicyTicker:
             self.metrics.ticks.labels(namespace, name, outcome).inc()
             self.metrics.last_tick.labels(namespace, name).set(time.time())
 
+    async def _unreadable(
+        self, policy: dict[str, Any], error: PolicyUnreadable, now: datetime
+    ) -> None:
+        """Make an unreadable policy visible: conditions, a Warning event, the gauges."""
+        metadata = policy["metadata"]
+        namespace, name = metadata["namespace"], metadata["name"]
+        log.error("policy unreadable; nothing done", policy=f"{namespace}/{name}", error=str(error))
+        written, events = await asyncio.to_thread(mark_unreadable, self.api, policy, error, now)
+        for event in events:
+            self.events.record(policy, event.type, event.reason, event.message)
+        self.metrics.condition.labels(namespace, name, "Degraded").set(1)
+        if error.part == "spec":
+            self.metrics.condition.labels(namespace, name, "Ready").set(0)
+        if written:
+            self.metrics.status_writes.labels(namespace, name).inc()
+
     def _record(self, namespace: str, name: str, gathered: Gathered, applied: Applied) -> None:
         spec = gathered.tick.policy.spec
         self.metrics.record_status(namespace, name, spec, applied.status)
         for patch in applied.patched:
             kind = "started" if patch.purpose is PatchPurpose.REFRESH else "rolled_back"
             self.metrics.refreshes.labels(namespace, name, kind).inc()
-        if applied.refused:
-            self.metrics.refreshes.labels(namespace, name, "refused").inc(len(applied.refused))
+        for outcome, patches in (
+            ("refused", applied.refused),
+            ("conflicted", applied.conflicted),
+            ("unknown", applied.unknown),
+            ("held", applied.held),
+        ):
+            if patches:
+                self.metrics.refreshes.labels(namespace, name, outcome).inc(len(patches))
+        results = {"Refreshed": "succeeded", "RefreshFailed": "failed", "Contested": "contested"}
         for event in applied.events:
-            if event.reason in ("Refreshed", "RefreshFailed"):
-                result = "succeeded" if event.reason == "Refreshed" else "failed"
-                self.metrics.refreshes.labels(namespace, name, result).inc()
+            if event.reason in results:
+                self.metrics.refreshes.labels(namespace, name, results[event.reason]).inc()
         if applied.status_written:
             self.metrics.status_writes.labels(namespace, name).inc()
         log.info(
