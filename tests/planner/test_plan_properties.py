@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from imagerefresh.models import PendingRefresh, Phase, PolicyStatus, TargetStatus
+from imagerefresh.models import PendingPurpose, PendingRefresh, Phase, PolicyStatus, TargetStatus
 from imagerefresh.planner import (
     PatchPurpose,
     Plan,
@@ -18,6 +18,7 @@ from imagerefresh.planner import (
     TickInput,
     Unresolved,
     plan_tick,
+    unsafe_changes,
 )
 from imagerefresh.reference import parse
 
@@ -29,12 +30,18 @@ DIGESTS = [digest(n) for n in range(3)]
 NAMES = ["api", "sidecar"]
 WORKLOADS = ["jobs-manager", "requests-proxy", "resource-monitor"]
 DOWN = Unresolved("Unreachable", "registry down")
+FOREIGN = [
+    "evil.example/miner:1",
+    "ghcr.io/tracebloc/jobs-manager:prod",
+    "tracebloc/miner@" + digest(9),
+]
 
 
 @st.composite
 def scenario(draw: st.DrawFn) -> tuple[TickInput, dict[str, Any]]:
     names = draw(st.lists(st.sampled_from(WORKLOADS), min_size=1, max_size=3, unique=True))
-    targets, evidences, statuses, facts = [], {}, [], {"errors": set(), "unresolved": set()}
+    targets, evidences, statuses = [], {}, []
+    facts: dict[str, Any] = {"errors": set(), "unresolved": set(), "tracked": {}}
     max_attempts = draw(st.integers(1, 3))
     for name in names:
         containers = draw(st.lists(st.sampled_from(NAMES), min_size=1, max_size=2, unique=True))
@@ -88,26 +95,45 @@ def scenario(draw: st.DrawFn) -> tuple[TickInput, dict[str, Any]]:
             digests[c] = outcome
         evidences[target_key] = evidence(work, pods, digests)
         attempts = draw(st.integers(0, 4))
+        started = T0 - timedelta(minutes=draw(st.integers(0, 30)))
         pending = None
-        # A pending refresh is only ever started below the ceiling (reachable states only).
-        if attempts < max_attempts and draw(st.booleans()):
+        shape = draw(st.sampled_from(["none", "none", "reachable", "forged"]))
+        # A pending refresh is only ever started below the ceiling (reachable states)...
+        if shape == "reachable" and attempts < max_attempts:
             pending = PendingRefresh(
                 images={c: live[c] for c in containers},
                 previous={c: f"{tracked[c]}:old" for c in containers},
-                started_at=T0 - timedelta(minutes=draw(st.integers(0, 30))),
+                started_at=started,
                 generation=5,
+            )
+        # ...but anyone with status access can write any well-formed one.
+        if shape == "forged":
+            pool = [*live.values(), *(f"{r}:old" for r in REPOS), *FOREIGN]
+            names = draw(
+                st.lists(st.sampled_from([*containers, "intruder"]), min_size=1, unique=True)
+            )
+            pending = PendingRefresh(
+                purpose=draw(st.sampled_from(list(PendingPurpose))),
+                images={n: draw(st.sampled_from(pool)) for n in names},
+                previous={n: draw(st.sampled_from(pool)) for n in names},
+                started_at=started,
             )
         statuses.append(
             TargetStatus(
                 kind="Deployment",
                 namespace=NS,
                 name=name,
-                phase=Phase.CURRENT,
+                phase=draw(st.sampled_from(list(Phase))),
                 refresh_attempts=attempts,
                 skip_streak=draw(st.integers(0, 9)),
                 pending=pending,
+                locked_at=draw(st.sampled_from([None, None, T0 - timedelta(hours=1)])),
+                last_good=draw(
+                    st.sampled_from([{}, {c: f"docker.io/{REPOS[0]}@{DIGESTS[0]}" for c in live}])
+                ),
             )
         )
+        facts["tracked"].update({(name, c): parse(f"{tracked[c]}:x").repository for c in live})
     policy_spec = spec(
         *targets,
         maxRefreshAttempts=max_attempts,
@@ -135,6 +161,20 @@ def test_no_action_ever_changes_a_repository(case: tuple[TickInput, dict[str, An
 
 @SETTINGS
 @given(scenario())
+def test_whatever_the_status_says_no_patch_names_another_repository_or_host(
+    case: tuple[TickInput, dict[str, Any]],
+) -> None:
+    tick, facts = case
+    for patch in plan_tick(tick).patches:
+        for change in patch.changes:
+            written = parse(change.image)
+            assert written.repository == facts["tracked"][(patch.target.name, change.container)]
+            assert written.repository == change.repository
+        assert unsafe_changes(patch) == ()
+
+
+@SETTINGS
+@given(scenario())
 def test_no_patch_is_planned_on_unreadable_evidence(case: tuple[TickInput, dict[str, Any]]) -> None:
     tick, facts = case
     plan = plan_tick(tick)
@@ -152,7 +192,11 @@ def test_a_locked_target_gets_no_refresh_until_a_reset(
 ) -> None:
     tick, facts = case
     ceiling = tick.policy.spec.max_refresh_attempts
-    locked = {t.name for t in tick.policy.status.targets if t.refresh_attempts >= ceiling}
+    locked = {
+        t.name
+        for t in tick.policy.status.targets
+        if t.refresh_attempts >= ceiling or t.locked_at is not None
+    }
     refreshed = {
         p.target.name for p in plan_tick(tick).patches if p.purpose is PatchPurpose.REFRESH
     }
@@ -225,5 +269,5 @@ def test_after_a_successful_refresh_replanning_plans_nothing_for_that_target(
         if (target.kind, target.namespace, target.name) in {
             (k.kind, k.namespace, k.name) for k in refreshed
         }:
-            assert target.refresh_attempts == 0
+            assert target.refresh_attempts == target.contested  # a success keeps contests
             assert target.pending is None

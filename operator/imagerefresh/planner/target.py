@@ -53,6 +53,7 @@ from imagerefresh.planner.evidence import (
     Unresolved,
     Workload,
 )
+from imagerefresh.planner.guard import unsafe_changes
 from imagerefresh.ratelimit import BudgetSnapshot
 from imagerefresh.reference import InvalidReference, parse, registry_host
 from imagerefresh.rollout import RolloutState
@@ -252,13 +253,19 @@ class _Decision:
     def _pending_problem(self, workload: Workload, pending: PendingRefresh) -> str | None:
         """Why a pending patch read back from status cannot be ours for this target."""
         strangers = sorted(set(pending.images) - set(self.tracked))
-        if not strangers:
-            return None
+        if strangers:
+            why = f"names containers the policy does not declare ({', '.join(strangers)})"
+        else:
+            # The write guard's own rule, applied to both directions of the recorded patch.
+            both = (pending, pending.model_copy(update={"images": pending.previous}))
+            unsafe = [p for side in both for p in unsafe_changes(self._patch(workload, side))]
+            if not unsafe:
+                return None
+            why = f"names images outside the tracked repository ({'; '.join(unsafe)})"
         return (
-            f"status.pending of {self.key} names containers the policy does not declare "
-            f"({', '.join(strangers)}): it was not written by imagerefresh for this target, so "
-            f"nothing is patched on it; reset the policy to rebuild its status: imagerefresh "
-            f"reset {self.ctx.policy}"
+            f"status.pending of {self.key} {why}: it was not written by imagerefresh for this "
+            "target, so nothing is patched on it; reset the policy to rebuild its status: "
+            f"imagerefresh reset {self.ctx.policy}"
         )
 
     def _images_now(self, workload: Workload, pending: PendingRefresh) -> dict[str, str]:

@@ -1,0 +1,294 @@
+"""The refresh lifecycle when the world does not cooperate (SPEC §4 b, f, h, i).
+
+Each test feeds plan_tick a status it may not have written itself, or a workload someone else
+changed, and pins down what the planner concludes: intents that never landed, owed rollbacks,
+contested attempts, sticky locks, claims by two targets or two policies, forged pending records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from imagerefresh.models import PendingPurpose, PendingRefresh, Phase, PolicyStatus
+from imagerefresh.planner import (
+    ImageChange,
+    ImagePatch,
+    PatchPurpose,
+    Plan,
+    TargetKey,
+    plan_tick,
+    unsafe_changes,
+)
+
+from support.ticks import JM, NS, T0, Tick, digest, evidence, key, spec, target
+from support.workloads import deployment, pod
+
+D1, D2, D3 = digest(1), digest(2), digest(3)
+JM_REPO = "tracebloc/jobs-manager"
+JOBS = key("jobs-manager")
+
+
+def settled(image: str, generation: int = 1) -> dict[str, object]:
+    return deployment("jobs-manager", {"api": image}, generation=generation)
+
+
+def unsettled(image: str, generation: int = 2) -> dict[str, object]:
+    return deployment("jobs-manager", {"api": image}, generation=generation, available=0)
+
+
+def with_pending(tick: Tick, pending: PendingRefresh, **fields: object) -> None:
+    """Put ``pending`` (and counters) into the status, as anyone with status access could."""
+    tick.run({JOBS: evidence(settled(f"{JM_REPO}@{D1}"), digests={"api": D1})})
+    (status,) = tick.status.targets
+    tick.status = tick.status.model_copy(
+        update={"targets": (status.model_copy(update={"pending": pending, **fields}),)}
+    )
+
+
+def refresh_intent(images: str, previous: str) -> PendingRefresh:
+    return PendingRefresh(images={"api": images}, previous={"api": previous}, started_at=T0)
+
+
+def rollback_intent(images: str, previous: str) -> PendingRefresh:
+    return PendingRefresh(
+        purpose=PendingPurpose.ROLLBACK,
+        images={"api": images},
+        previous={"api": previous},
+        started_at=T0,
+    )
+
+
+# --- intent first (f) ------------------------------------------------------------------------
+
+
+def test_an_intent_that_never_landed_is_dropped_uncounted_and_the_refresh_planned_again() -> None:
+    tick = Tick(spec(target("jobs-manager", api=JM)))
+    with_pending(tick, refresh_intent(f"{JM_REPO}@{D2}", f"{JM_REPO}@{D1}"))
+    plan = tick.run({JOBS: evidence(settled(f"{JM_REPO}@{D1}"), digests={"api": D2})})
+    (patch,) = plan.patches
+    assert patch.purpose is PatchPurpose.REFRESH
+    assert (patch.changes[0].expected, patch.changes[0].image) == (
+        f"{JM_REPO}@{D1}",
+        f"{JM_REPO}@{D2}",
+    )
+    status = tick.target("jobs-manager")
+    assert (status.refresh_attempts, status.contested) == (0, 0)
+    assert "Contested" not in [e.reason for e in plan.events]
+
+
+def test_a_landed_intent_is_recognised_as_ours_after_a_lost_status_write() -> None:
+    tick = Tick(spec(target("jobs-manager", api=JM)))
+    with_pending(tick, refresh_intent(f"{JM_REPO}@{D2}", f"{JM_REPO}@{D1}"))
+    plan = tick.run({JOBS: evidence(settled(f"{JM_REPO}@{D2}", 2), digests={"api": D2})})
+    assert plan.patches == ()
+    assert next(e.reason for e in plan.events) == "Refreshed"
+    status = tick.target("jobs-manager")
+    assert (status.phase, status.pending, status.refresh_attempts) == (Phase.CURRENT, None, 0)
+    assert status.last_good == {"api": f"docker.io/{JM_REPO}@{D2}"}
+
+
+# --- owed rollbacks (g) ----------------------------------------------------------------------
+
+
+def test_a_rollback_that_has_not_landed_is_owed_and_sent_again_every_tick() -> None:
+    tick = Tick(spec(target("jobs-manager", api=JM)))
+    with_pending(tick, rollback_intent(f"{JM_REPO}@{D1}", f"{JM_REPO}@{D2}"), refresh_attempts=1)
+    for _ in range(2):
+        plan = tick.run({JOBS: evidence(unsettled(f"{JM_REPO}@{D2}"), digests={"api": D2})})
+        (patch,) = plan.patches
+        assert patch.purpose is PatchPurpose.ROLLBACK
+        assert (patch.changes[0].expected, patch.changes[0].image) == (
+            f"{JM_REPO}@{D2}",
+            f"{JM_REPO}@{D1}",
+        )
+        status = tick.target("jobs-manager")
+        assert status.phase is Phase.ROLLING_BACK
+        assert status.refresh_attempts == 1  # counted once, when the refresh failed
+        assert status.pending is not None
+
+
+def test_a_landed_rollback_is_followed_until_it_settles_then_announced() -> None:
+    tick = Tick(spec(target("jobs-manager", api=JM), maxRefreshAttempts=1, rolloutTimeout="1h"))
+    with_pending(tick, rollback_intent(f"{JM_REPO}@{D1}", f"{JM_REPO}@{D2}"), refresh_attempts=1)
+    rolling = tick.run({JOBS: evidence(unsettled(f"{JM_REPO}@{D1}", 3), digests={"api": D2})})
+    assert rolling.patches == ()
+    assert tick.target("jobs-manager").phase is Phase.LOCKED  # locked, rollback still followed
+    assert tick.target("jobs-manager").pending is not None
+    done = tick.run({JOBS: evidence(settled(f"{JM_REPO}@{D1}", 3), digests={"api": D2})})
+    assert "RolledBack" in [e.reason for e in done.events]
+    assert done.patches == ()  # locked: no new refresh
+    assert tick.target("jobs-manager").pending is None
+
+
+# --- contested (h) ---------------------------------------------------------------------------
+
+
+def test_a_writer_reverting_our_pin_counts_until_locked_and_a_success_never_clears_it() -> None:
+    tick = Tick(spec(target("jobs-manager", api=JM), maxRefreshAttempts=2))
+    ours = f"{JM_REPO}@{D2}"
+    tick.run({JOBS: evidence(settled(f"{JM_REPO}@{D1}"), digests={"api": D2})})
+    tick.run({JOBS: evidence(settled(ours, 2), digests={"api": D2})})  # success: lastGood = D2
+    assert tick.target("jobs-manager").phase is Phase.CURRENT
+    phases, patched = [], []
+    for round_ in range(2):
+        reverted = settled(f"{JM_REPO}@{D1}", 3 + 2 * round_)  # someone pins the old digest
+        plan = tick.run({JOBS: evidence(reverted, digests={"api": D2})})
+        patched.append(len(plan.patches))
+        phases.append(tick.target("jobs-manager").phase)
+        tick.run({JOBS: evidence(settled(ours, 4 + 2 * round_), digests={"api": D2})})
+    assert patched == [1, 0]
+    assert phases == [Phase.REFRESHING, Phase.LOCKED]
+    status = tick.target("jobs-manager")
+    assert (status.refresh_attempts, status.contested) == (2, 2)
+    assert status.locked_at is not None
+
+
+def test_a_chart_rerender_to_the_tag_whose_pods_run_the_desired_digest_is_no_contest() -> None:
+    tick = Tick(spec(target("jobs-manager", api=JM)))
+    tick.run({JOBS: evidence(settled(f"{JM_REPO}@{D1}"), digests={"api": D2})})
+    tick.run({JOBS: evidence(settled(f"{JM_REPO}@{D2}", 2), digests={"api": D2})})
+    rerendered = settled(JM, 3)
+    plan = tick.run(
+        {JOBS: evidence(rerendered, [pod("p", {"api": f"{JM_REPO}@{D2}"})], digests={"api": D2})}
+    )
+    assert plan.patches == ()
+    status = tick.target("jobs-manager")
+    assert (status.phase, status.contested, status.refresh_attempts) == (Phase.CURRENT, 0, 0)
+
+
+def test_one_workload_targeted_twice_after_namespace_defaulting_is_a_conflict_on_both() -> None:
+    explicit = target("jobs-manager", namespace=NS, api=JM)
+    defaulted = target("jobs-manager", **{"pods-monitor-container": "tracebloc/pods-monitor:prod"})
+    tick = Tick(spec(explicit, defaulted))
+    work = deployment(
+        "jobs-manager",
+        {"api": f"{JM_REPO}@{D1}", "pods-monitor-container": "tracebloc/pods-monitor:prod"},
+    )
+    plan = tick.run({JOBS: evidence(work, digests={"api": D2, "pods-monitor-container": D3})})
+    assert plan.patches == ()
+    assert [t.phase for t in tick.status.targets] == [Phase.CONFLICT, Phase.CONFLICT]
+    assert "more than once" in tick.status.targets[0].message
+
+
+def test_a_container_another_policy_declares_is_a_conflict_naming_that_policy() -> None:
+    tick = Tick(spec(target("jobs-manager", api=JM)))
+    claims = {(JOBS, "api"): "tracebloc/legacy"}
+    plan = plan_with_claims(tick, claims)
+    assert plan.patches == ()
+    status = tick.target("jobs-manager")
+    assert status.phase is Phase.CONFLICT
+    assert "tracebloc/legacy" in status.message
+
+
+def plan_with_claims(tick: Tick, claims: dict[tuple[TargetKey, str], str]) -> Plan:
+    base = tick.input({JOBS: evidence(settled(f"{JM_REPO}@{D1}"), digests={"api": D2})})
+    plan = plan_tick(replace(base, claimed_elsewhere=claims))
+    tick.status = plan.status
+    return plan
+
+
+# --- ceilings (i) ----------------------------------------------------------------------------
+
+
+def _locked_tick(ceiling: int) -> Tick:
+    tick = Tick(spec(target("jobs-manager", api=JM), maxRefreshAttempts=ceiling))
+    with_pending(tick, refresh_intent(f"{JM_REPO}@{D2}", f"{JM_REPO}@{D1}"))
+    failed = deployment(
+        "jobs-manager",
+        {"api": f"{JM_REPO}@{D2}"},
+        generation=2,
+        conditions=[{"type": "Progressing", "reason": "ProgressDeadlineExceeded"}],
+    )
+    tick.run({JOBS: evidence(failed, digests={"api": D2})})
+    return tick
+
+
+def test_raising_the_ceiling_never_unlocks_a_locked_target() -> None:
+    tick = _locked_tick(1)
+    assert tick.target("jobs-manager").phase is Phase.LOCKED
+    tick.spec = spec(target("jobs-manager", api=JM), maxRefreshAttempts=5)
+    plan = tick.run({JOBS: evidence(settled(f"{JM_REPO}@{D1}", 3), digests={"api": D2})})
+    assert plan.patches == ()
+    assert tick.target("jobs-manager").phase is Phase.LOCKED
+    assert tick.condition("Locked").status == "True"
+
+
+def test_lowering_the_ceiling_locks_at_once_and_a_reset_unlocks() -> None:
+    tick = Tick(spec(target("jobs-manager", api=JM), maxRefreshAttempts=3))
+    with_pending(tick, refresh_intent(f"{JM_REPO}@{D2}", f"{JM_REPO}@{D1}"))
+    tick.status = tick.status.model_copy(
+        update={
+            "targets": (
+                tick.status.targets[0].model_copy(update={"pending": None, "refresh_attempts": 2}),
+            )
+        }
+    )
+    tick.spec = spec(target("jobs-manager", api=JM), maxRefreshAttempts=2)
+    assert tick.run({JOBS: evidence(settled(f"{JM_REPO}@{D1}"), digests={"api": D2})}).patches == ()
+    assert tick.target("jobs-manager").locked_at is not None
+    tick.reset = "again"
+    plan = tick.run({JOBS: evidence(settled(f"{JM_REPO}@{D1}"), digests={"api": D2})})
+    assert [p.purpose for p in plan.patches] == [PatchPurpose.REFRESH]
+    status = tick.target("jobs-manager")
+    assert (status.locked_at, status.refresh_attempts, status.contested) == (None, 0, 0)
+
+
+# --- forged pending records (f) --------------------------------------------------------------
+
+
+def test_a_pending_rollback_to_another_repository_is_never_planned() -> None:
+    tick = Tick(spec(target("jobs-manager", api=JM)))
+    with_pending(tick, refresh_intent(f"{JM_REPO}@{D2}", "evil.example/miner:latest"))
+    failed = deployment(
+        "jobs-manager",
+        {"api": f"{JM_REPO}@{D2}"},
+        generation=2,
+        conditions=[{"type": "Progressing", "reason": "ProgressDeadlineExceeded"}],
+    )
+    plan = tick.run({JOBS: evidence(failed, digests={"api": D2})})
+    assert plan.patches == ()
+    status = tick.target("jobs-manager")
+    assert status.phase is Phase.ERROR
+    assert "outside the tracked repository" in status.message
+    assert "imagerefresh reset" in status.message
+    assert tick.condition("Degraded").status == "True"
+
+
+def test_a_pending_record_for_undeclared_containers_fails_closed_until_a_reset() -> None:
+    tick = Tick(spec(target("jobs-manager", api=JM)))
+    forged = PendingRefresh(
+        images={"sidecar": f"{JM_REPO}@{D2}"}, previous={"sidecar": JM}, started_at=T0
+    )
+    with_pending(tick, forged)
+    plan = tick.run({JOBS: evidence(settled(f"{JM_REPO}@{D1}"), digests={"api": D2})})
+    assert plan.patches == ()
+    assert tick.target("jobs-manager").phase is Phase.ERROR
+    tick.reset = "rebuild"
+    plan = tick.run({JOBS: evidence(settled(f"{JM_REPO}@{D1}"), digests={"api": D2})})
+    assert len(plan.patches) == 1
+    assert tick.target("jobs-manager").pending.images == {"api": f"{JM_REPO}@{D2}"}
+
+
+def test_the_write_guard_allows_tags_and_digests_of_the_tracked_repository_only() -> None:
+    def verdict(image: str) -> tuple[str, ...]:
+        change = ImageChange("api", "/x", "old", image, repository=f"docker.io/{JM_REPO}")
+        return unsafe_changes(ImagePatch(JOBS, PatchPurpose.ROLLBACK, (change,)))
+
+    assert verdict(f"{JM_REPO}@{D1}") == ()
+    assert verdict(f"docker.io/{JM_REPO}:prod") == ()
+    assert verdict(f"index.docker.io/{JM_REPO}:prod") == ()
+    assert "not the tracked repository" in verdict(f"ghcr.io/{JM_REPO}:prod")[0]
+    assert "not the tracked repository" in verdict("tracebloc/miner:prod")[0]
+    assert "not an image reference" in verdict("https://evil/x")[0]
+    assert "neither a tag nor a digest" in verdict(JM_REPO)[0]
+
+
+def test_unknown_status_fields_a_newer_version_wrote_are_ignored() -> None:
+    raw = {
+        "futureField": {"x": 1},
+        "targets": [
+            {"kind": "Deployment", "namespace": NS, "name": "a", "phase": "Current", "new": 1}
+        ],
+    }
+    status = PolicyStatus.model_validate(raw)
+    assert status.targets[0].name == "a"
