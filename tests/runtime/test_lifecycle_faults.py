@@ -1,0 +1,363 @@
+"""The refresh lifecycle under faults and hostile input, on the real API server and registry.
+
+Each test provokes a fault the way production would — a ValidatingAdmissionPolicy refusing a
+write, a status forged through the status subresource, another writer reverting the image —
+then ticks the policy in-process and asserts what the API server stores: the image in the
+pod template, the policy's status, the events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+
+from imagerefresh.kube.api import KubeApi
+from imagerefresh.metrics import Metrics
+from imagerefresh.planner import ImageChange, ImagePatch, PatchPurpose, TargetKey, UnsafePatch
+from imagerefresh.ratelimit import RateLimitLedger
+from imagerefresh.registry import RegistryClient
+from imagerefresh.resolver import SharedResolver
+from imagerefresh.runtime.config import OperatorConfig
+from imagerefresh.runtime.ticker import PolicyTicker
+
+from support.cluster_env import Cluster, eventually
+from support.operator_env import deployment_with_policy
+from support.registry_env import ImagePusher
+
+pytestmark = pytest.mark.cluster
+
+POLICY = "control-plane"
+
+
+@pytest.fixture
+async def ticker(crd_installed: Cluster, registry: str) -> AsyncIterator[PolicyTicker]:
+    api = KubeApi.from_environment(crd_installed.kubeconfig)
+    ledger = RateLimitLedger()
+    client = RegistryClient(insecure_registries=[registry], ledger=ledger)
+    ticker = PolicyTicker(
+        api=api,
+        resolver=SharedResolver(client),
+        ledger=ledger,
+        config=OperatorConfig(insecure_registries=(registry,), resolution_window=0),
+        metrics=Metrics(),
+    )
+    yield ticker
+    ticker.events.wait_idle(30)
+    await client.aclose()
+
+
+def _image(cluster: Cluster, ns: str) -> str:
+    stored = cluster.get("deployment", "app", "-n", ns)
+    return str(stored["spec"]["template"]["spec"]["containers"][0]["image"])
+
+
+def _target_status(cluster: Cluster, ns: str) -> dict[str, Any]:
+    return dict(cluster.get("irp", POLICY, "-n", ns)["status"]["targets"][0])
+
+
+def _conditions(cluster: Cluster, ns: str) -> dict[str, dict[str, Any]]:
+    status = cluster.get("irp", POLICY, "-n", ns)["status"]
+    return {c["type"]: c for c in status.get("conditions", [])}
+
+
+def _reasons(cluster: Cluster, ns: str, name: str) -> list[str]:
+    events = cluster.get("events", "-n", ns, "--field-selector", f"involvedObject.name={name}")
+    return [e["reason"] for e in events["items"]]
+
+
+def _forge_status(cluster: Cluster, ns: str, status: dict[str, Any]) -> None:
+    """Write ``status`` through the status subresource, as anyone granted it could."""
+    obj = cluster.get("irp", POLICY, "-n", ns)
+    obj["status"] = status
+    cluster.kubectl("replace", "--subresource=status", "-f", "-", input=json.dumps(obj))
+
+
+async def eventually_async(check: Any, what: str, attempts: int = 30) -> None:
+    for _ in range(attempts):
+        if await check():
+            return
+        await asyncio.sleep(1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture
+def deny(cluster: Cluster) -> Iterator[Any]:
+    """Install ValidatingAdmissionPolicies (and their bindings); removed afterwards."""
+    names: list[str] = []
+
+    def install(name: str, namespace: str, resource: str, group: str, expression: str) -> None:
+        cluster.apply(
+            {
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": "ValidatingAdmissionPolicy",
+                "metadata": {"name": name},
+                "spec": {
+                    "failurePolicy": "Fail",
+                    "matchConstraints": {
+                        "resourceRules": [
+                            {
+                                "apiGroups": [group],
+                                "apiVersions": ["*"],
+                                "operations": ["UPDATE"],
+                                "resources": [resource],
+                            }
+                        ]
+                    },
+                    "validations": [{"expression": expression, "message": f"{name} says no"}],
+                },
+            },
+            {
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": "ValidatingAdmissionPolicyBinding",
+                "metadata": {"name": name},
+                "spec": {
+                    "policyName": name,
+                    "validationActions": ["Deny"],
+                    "matchResources": {
+                        "namespaceSelector": {
+                            "matchLabels": {"kubernetes.io/metadata.name": namespace}
+                        }
+                    },
+                },
+            },
+        )
+        names.append(name)
+
+    yield install
+    for name in names:
+        cluster.kubectl(
+            "delete",
+            "validatingadmissionpolicybinding,validatingadmissionpolicy",
+            name,
+            "--ignore-not-found",
+        )
+
+
+IMAGES_UNCHANGED = (
+    "oldObject.spec.template.spec.containers.map(c, c.image) == "
+    "object.spec.template.spec.containers.map(c, c.image)"
+)
+
+
+async def test_a_patch_an_admission_policy_refuses_is_refused_never_current(
+    crd_installed: Cluster,
+    registry: str,
+    pusher: ImagePusher,
+    policy_namespace: str,
+    ticker: PolicyTicker,
+    deny: Any,
+) -> None:
+    cluster, ns = crd_installed, policy_namespace
+    pusher.push(f"{ns}/app", "prod", seed="refused")
+    tag = f"{registry}/{ns}/app:prod"
+    deployment_with_policy(cluster, ns, tag)
+    deny(f"freeze-images-{ns}", ns, "deployments", "apps", IMAGES_UNCHANGED)
+
+    def refused() -> bool:
+        cluster.kubectl("annotate", "deployment/app", "-n", ns, "probe=1", "--overwrite")
+        try:
+            cluster.kubectl("set", "image", "deployment/app", "-n", ns, f"app={tag}-probe")
+        except Exception:
+            return True
+        cluster.kubectl("set", "image", "deployment/app", "-n", ns, f"app={tag}")
+        return False
+
+    eventually(refused, timeout=30, what="the admission policy to refuse image changes")
+    outcome = await ticker.tick(ns, POLICY)
+    assert outcome is not None
+    assert outcome.applied is not None
+    assert len(outcome.applied.refused) == 1
+    assert _image(cluster, ns) == tag
+    target = _target_status(cluster, ns)
+    assert target["phase"] == "Refused"
+    assert f"freeze-images-{ns} says no" in target["message"]
+    assert "pending" not in target
+    assert _conditions(cluster, ns)["Ready"]["status"] == "False"
+    ticker.events.wait_idle(30)
+    assert "PatchRefused" in _reasons(cluster, ns, "app")
+    assert "Refreshing" not in _reasons(cluster, ns, "app")  # never announced as started
+
+
+async def test_without_a_recorded_intent_no_patch_is_sent(
+    crd_installed: Cluster,
+    registry: str,
+    pusher: ImagePusher,
+    policy_namespace: str,
+    ticker: PolicyTicker,
+    deny: Any,
+) -> None:
+    cluster, ns = crd_installed, policy_namespace
+    pusher.push(f"{ns}/app", "prod", seed="no-intent")
+    tag = f"{registry}/{ns}/app:prod"
+    deployment_with_policy(cluster, ns, tag)
+    deny(f"freeze-status-{ns}", ns, "imagerefreshpolicies/status", "images.tracebloc.io", "false")
+
+    async def held() -> bool:
+        outcome = await ticker.tick(ns, POLICY)
+        assert outcome is not None
+        assert outcome.applied is not None
+        return bool(outcome.applied.held)
+
+    await eventually_async(held, "the admission policy to refuse status writes")
+    assert _image(cluster, ns) == tag  # the patch was never sent
+    assert "status" not in cluster.get("irp", POLICY, "-n", ns)
+    ticker.events.wait_idle(30)
+    assert "StatusNotWritten" in _reasons(cluster, ns, POLICY)
+
+
+async def test_a_forged_rollback_to_another_repository_is_never_written(
+    crd_installed: Cluster,
+    registry: str,
+    pusher: ImagePusher,
+    policy_namespace: str,
+    ticker: PolicyTicker,
+) -> None:
+    cluster, ns = crd_installed, policy_namespace
+    digest = pusher.push(f"{ns}/app", "prod", seed="forged").digest
+    pinned = f"{registry}/{ns}/app@{digest}"
+    deployment_with_policy(cluster, ns, pinned)
+    evil = "evil.example/miner:latest"
+    _forge_status(
+        cluster,
+        ns,
+        {
+            "targets": [
+                {
+                    "kind": "Deployment",
+                    "namespace": ns,
+                    "name": "app",
+                    "phase": "RollingBack",
+                    "pending": {
+                        "purpose": "rollback",
+                        "images": {"app": evil},
+                        "previous": {"app": pinned},
+                        "startedAt": "2026-01-01T00:00:00Z",
+                    },
+                }
+            ]
+        },
+    )
+    outcome = await ticker.tick(ns, POLICY)
+    assert outcome is not None
+    assert outcome.applied is not None
+    assert outcome.applied.patched == []
+    assert _image(cluster, ns) == pinned
+    target = _target_status(cluster, ns)
+    assert target["phase"] == "Error"
+    assert "outside the tracked repository" in target["message"]
+    assert _conditions(cluster, ns)["Degraded"]["status"] == "True"
+
+
+def test_the_send_site_refuses_an_unsafe_patch_whatever_built_it(
+    crd_installed: Cluster, registry: str, pusher: ImagePusher, policy_namespace: str
+) -> None:
+    cluster, ns = crd_installed, policy_namespace
+    tag = f"{registry}/{ns}/app:prod"
+    pusher.push(f"{ns}/app", "prod", seed="send-site")
+    deployment_with_policy(cluster, ns, tag)
+    api = KubeApi.from_environment(cluster.kubeconfig)
+    evil = ImagePatch(
+        TargetKey("Deployment", ns, "app"),  # type: ignore[arg-type]
+        PatchPurpose.ROLLBACK,
+        (
+            ImageChange(
+                "app",
+                "/spec/template/spec/containers/0",
+                expected=tag,
+                image="evil.example/miner:latest",
+                repository=f"{registry}/{ns}/app",
+            ),
+        ),
+    )
+    with pytest.raises(UnsafePatch, match="not the tracked repository"):
+        api.patch_images(evil)
+    assert _image(cluster, ns) == tag
+
+
+async def test_an_unreadable_status_fails_closed_until_a_reset_rebuilds_it(
+    crd_installed: Cluster,
+    registry: str,
+    pusher: ImagePusher,
+    policy_namespace: str,
+    ticker: PolicyTicker,
+) -> None:
+    cluster, ns = crd_installed, policy_namespace
+    pusher.push(f"{ns}/app", "prod", seed="unreadable")
+    tag = f"{registry}/{ns}/app:prod"
+    deployment_with_policy(cluster, ns, tag)
+    forged = {
+        "conditions": [
+            {
+                "type": "Ready",
+                "status": "True",
+                "reason": "AllCurrent",
+                "lastTransitionTime": "2026-01-01T00:00:00Z",
+            }
+        ],
+        "targets": [{"kind": "Deployment", "namespace": ns, "name": "app", "phase": "Bogus"}],
+    }
+    _forge_status(cluster, ns, forged)
+    for _ in range(2):  # the second tick writes nothing: the condition is already there
+        assert await ticker.tick(ns, POLICY) is None
+    assert _image(cluster, ns) == tag
+    status = cluster.get("irp", POLICY, "-n", ns)["status"]
+    assert status["targets"] == forged["targets"]  # not overwritten
+    conditions = {c["type"]: c for c in status["conditions"]}
+    assert (conditions["Degraded"]["status"], conditions["Degraded"]["reason"]) == (
+        "True",
+        "StatusUnreadable",
+    )
+    assert "imagerefresh reset" in conditions["Degraded"]["message"]
+    assert ticker.metrics.condition.labels(ns, POLICY, "Degraded")._value.get() == 1
+    ticker.events.wait_idle(30)
+    assert _reasons(cluster, ns, POLICY).count("StatusUnreadable") == 1
+
+    cluster.kubectl("annotate", "irp", POLICY, "-n", ns, "images.tracebloc.io/reset=r1")
+    outcome = await ticker.tick(ns, POLICY)
+    assert outcome is not None
+    assert outcome.applied is not None
+    assert len(outcome.applied.patched) == 1
+    rebuilt = cluster.get("irp", POLICY, "-n", ns)["status"]
+    assert rebuilt["lastReset"] == "r1"
+    assert rebuilt["targets"][0]["phase"] == "Refreshing"
+
+
+async def test_an_invalid_spec_is_not_ready_and_says_why(
+    crd_installed: Cluster,
+    registry: str,
+    pusher: ImagePusher,
+    policy_namespace: str,
+    ticker: PolicyTicker,
+) -> None:
+    cluster, ns = crd_installed, policy_namespace
+    pusher.push(f"{ns}/app", "prod", seed="invalid")
+    tag = f"{registry}/{ns}/app:prod"
+    deployment_with_policy(cluster, ns, tag)
+    outcome = await ticker.tick(ns, POLICY)
+    assert outcome is not None
+    # A tag of 129 characters: past the reference grammar's 128, which the CRD cannot see.
+    bad = f"{registry}/{ns}/app:{'t' * 129}"
+    cluster.kubectl(
+        "patch",
+        "irp",
+        POLICY,
+        "-n",
+        ns,
+        "--type=json",
+        "-p",
+        json.dumps([{"op": "replace", "path": "/spec/targets/0/containers/0/image", "value": bad}]),
+    )
+    assert await ticker.tick(ns, POLICY) is None
+    conditions = _conditions(cluster, ns)
+    assert (conditions["Ready"]["status"], conditions["Ready"]["reason"]) == (
+        "False",
+        "PolicyInvalid",
+    )
+    assert conditions["Degraded"]["status"] == "True"
+    assert "spec" in conditions["Degraded"]["message"]
+    ticker.events.wait_idle(30)
+    assert "PolicyInvalid" in _reasons(cluster, ns, POLICY)
