@@ -125,6 +125,21 @@ def test_a_422_with_causes_is_a_validation_error_not_a_precondition() -> None:
     assert "Required value" in str(translated)
 
 
+def test_an_admission_refusal_mentioning_a_failed_test_is_not_a_precondition() -> None:
+    message = (
+        "ValidatingAdmissionPolicy 'smoke-test' with binding 'smoke-test' denied request: "
+        "image changes failed the release test"
+    )
+    translated = translate(api_error(422, message, "Invalid"), what=WHAT)
+    assert type(translated) is KubeError
+    assert translated.status == 422
+
+
+def test_the_json_patch_librarys_own_test_failure_is_a_precondition() -> None:
+    message = "testing value /spec/template/spec/containers/0/image failed: test failed"
+    assert type(translate(api_error(422, message, "Invalid"), what=WHAT)) is PreconditionFailed
+
+
 def test_an_already_exists_409_is_not_a_resource_conflict() -> None:
     error = api_error(409, 'events "x" already exists', "AlreadyExists")
     assert type(translate(error, what="create Event")) is KubeError

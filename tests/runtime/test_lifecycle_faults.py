@@ -361,3 +361,55 @@ async def test_an_invalid_spec_is_not_ready_and_says_why(
     assert "spec" in conditions["Degraded"]["message"]
     ticker.events.wait_idle(30)
     assert "PolicyInvalid" in _reasons(cluster, ns, POLICY)
+
+
+def _rolled_out(cluster: Cluster, ns: str) -> bool:
+    obj = cluster.get("deployment", "app", "-n", ns)
+    status, want = obj.get("status") or {}, obj["spec"]["replicas"]
+    return (
+        status.get("observedGeneration", 0) >= obj["metadata"]["generation"]
+        and status.get("updatedReplicas") == want
+        and status.get("availableReplicas") == want
+        and status.get("replicas") == want
+    )
+
+
+async def test_a_writer_reverting_our_pin_ends_locked_naming_it_not_rolling_forever(
+    crd_installed: Cluster,
+    registry: str,
+    pusher: ImagePusher,
+    policy_namespace: str,
+    ticker: PolicyTicker,
+) -> None:
+    cluster, ns = crd_installed, policy_namespace
+    old = pusher.push(f"{ns}/app", "prod", seed="old").digest
+    new = pusher.push(f"{ns}/app", "prod", seed="new").digest
+    repo = f"{registry}/{ns}/app"
+    deployment_with_policy(cluster, ns, f"{repo}@{old}")
+    edit = [{"op": "add", "path": "/spec/maxRefreshAttempts", "value": 2}]
+    cluster.kubectl("patch", "irp", POLICY, "-n", ns, "--type=json", "-p", json.dumps(edit))
+
+    async def settle_and_tick() -> None:
+        eventually(lambda: _rolled_out(cluster, ns), timeout=60, what="the rollout to settle")
+        await ticker.tick(ns, POLICY)
+
+    await settle_and_tick()  # pins the new digest
+    await settle_and_tick()  # judges it: Refreshed
+    assert _target_status(cluster, ns)["phase"] == "Current"
+    phases = []
+    for _ in range(2):  # the other writer puts the old digest back, twice
+        cluster.kubectl("set", "image", "deployment/app", "-n", ns, f"app={repo}@{old}")
+        await settle_and_tick()
+        phases.append(_target_status(cluster, ns)["phase"])
+        if phases[-1] == "Refreshing":
+            await settle_and_tick()
+    assert phases == ["Refreshing", "Locked"]
+    target = _target_status(cluster, ns)
+    assert (target["refreshAttempts"], target["contested"]) == (2, 2)
+    assert _image(cluster, ns) == f"{repo}@{old}"  # locked: the operator stopped fighting
+    ticker.events.wait_idle(30)
+    events = cluster.get("events", "-n", ns, "--field-selector", "involvedObject.name=app")
+    contested = [e["message"] for e in events["items"] if e["reason"] == "Contested"]
+    assert contested
+    assert all("'kubectl-set'" in message for message in contested)
+    assert new not in _image(cluster, ns)
