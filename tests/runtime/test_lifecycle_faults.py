@@ -13,6 +13,7 @@ import json
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+import kubernetes
 import pytest
 
 from imagerefresh.kube.api import KubeApi
@@ -413,3 +414,97 @@ async def test_a_writer_reverting_our_pin_ends_locked_naming_it_not_rolling_fore
     assert contested
     assert all("'kubectl-set'" in message for message in contested)
     assert new not in _image(cluster, ns)
+
+
+def _operator_role(verbs_on_deployments: list[str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": "operator"},
+        "rules": [
+            {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": verbs_on_deployments},
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+            {"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": ["get"]},
+            {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+            {
+                "apiGroups": ["images.tracebloc.io"],
+                "resources": ["imagerefreshpolicies", "imagerefreshpolicies/status"],
+                "verbs": ["get", "update"],
+            },
+        ],
+    }
+
+
+async def test_patch_rights_revoked_mid_run_are_refused_then_retried_once_granted(
+    crd_installed: Cluster, registry: str, pusher: ImagePusher, policy_namespace: str
+) -> None:
+    cluster, ns = crd_installed, policy_namespace
+    old = pusher.push(f"{ns}/app", "prod", seed="rbac-old").digest
+    repo = f"{registry}/{ns}/app"
+    deployment_with_policy(cluster, ns, f"{repo}@{old}")
+    cluster.apply(
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "operator"}},
+        _operator_role(["get", "patch"]),
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "operator"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": "operator",
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": "operator", "namespace": ns}],
+        },
+        namespace=ns,
+    )
+    client = kubernetes.config.new_client_from_config(  # type: ignore[no-untyped-call]
+        config_file=cluster.kubeconfig, persist_config=False
+    )
+    client.set_default_header("Impersonate-User", f"system:serviceaccount:{ns}:operator")
+    ledger = RateLimitLedger()
+    async with RegistryClient(insecure_registries=[registry], ledger=ledger) as registry_client:
+        ticker = PolicyTicker(
+            api=KubeApi(client),
+            resolver=SharedResolver(registry_client),
+            ledger=ledger,
+            config=OperatorConfig(insecure_registries=(registry,), resolution_window=0),
+            metrics=Metrics(),
+        )
+        await ticker.tick(ns, POLICY)
+        assert _target_status(cluster, ns)["phase"] == "Current"
+
+        new = pusher.push(f"{ns}/app", "prod", seed="rbac-new").digest
+        cluster.apply(_operator_role(["get"]), namespace=ns)  # patch revoked
+        outcome = await ticker.tick(ns, POLICY)
+        assert outcome is not None
+        assert outcome.applied is not None
+        assert len(outcome.applied.refused) == 1
+        target = _target_status(cluster, ns)
+        assert target["phase"] == "Refused"
+        assert "grant patch on deployments.apps" in target["message"]
+        assert "pending" not in target
+        assert _image(cluster, ns) == f"{repo}@{old}"
+
+        cluster.apply(_operator_role(["get", "patch"]), namespace=ns)  # granted again
+        eventually(
+            lambda: (
+                cluster.kubectl(
+                    "auth",
+                    "can-i",
+                    "patch",
+                    "deployments",
+                    "-n",
+                    ns,
+                    "--as",
+                    f"system:serviceaccount:{ns}:operator",
+                ).stdout.strip()
+                == "yes"
+            ),
+            timeout=30,
+            what="the grant to take effect",
+        )
+        await ticker.tick(ns, POLICY)
+        assert _image(cluster, ns).endswith(f"@{new}")
+        assert _target_status(cluster, ns)["phase"] == "Refreshing"
+        ticker.events.wait_idle(30)
