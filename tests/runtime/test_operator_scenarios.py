@@ -575,6 +575,33 @@ def test_a_cross_namespace_target_is_refused_unless_the_operator_allows_the_pair
         cluster.kubectl("delete", "namespace", agents, "--wait=false", check=False)
 
 
+def test_a_container_two_policies_declare_is_a_conflict_on_both_and_never_patched(
+    operator: Operator, cluster: Cluster, pusher: ImagePusher, policy_namespace: str
+) -> None:
+    ns, reg = policy_namespace, operator.registry
+    pusher.push(f"{ns}/app", "prod", seed="claimed")
+    tag = f"{reg}/{ns}/app:prod"
+    cluster.apply(deployment("app", {"app": tag}, replicas=1), namespace=ns)
+    explicit = {**target("app", app=tag), "namespace": ns}
+    # Both start suspended, so neither can act before the operator has seen the other.
+    cluster.apply(
+        policy("control-plane", explicit, suspend=True),
+        policy("legacy", target("app", app=tag), suspend=True),
+        namespace=ns,
+    )
+    for name in ("control-plane", "legacy"):
+        operator.wait_first_tick(ns, name)
+    for name in ("control-plane", "legacy"):
+        edit = [{"op": "replace", "path": "/spec/suspend", "value": False}]
+        cluster.kubectl("patch", "irp", name, "-n", ns, "--type=json", "-p", json.dumps(edit))
+    for name, other in (("control-plane", "legacy"), ("legacy", "control-plane")):
+        operator.tick(ns, name)
+        claimed = next(t for t in status(cluster, ns, name)["targets"] if t["name"] == "app")
+        assert claimed["phase"] == "Conflict"
+        assert f"also declared by policy {ns}/{other}" in claimed["message"]
+    assert images(cluster, ns, "app") == {"app": tag}
+
+
 def test_metrics_liveness_and_json_logs_are_served(
     operator: Operator,
     cluster: Cluster,
