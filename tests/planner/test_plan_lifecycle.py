@@ -8,6 +8,7 @@ contested attempts, sticky locks, claims by two targets or two policies, forged 
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import timedelta
 
 from imagerefresh.models import PendingPurpose, PendingRefresh, Phase, PolicyStatus
 from imagerefresh.planner import (
@@ -267,6 +268,19 @@ def test_a_pending_record_for_undeclared_containers_fails_closed_until_a_reset()
     plan = tick.run({JOBS: evidence(settled(f"{JM_REPO}@{D1}"), digests={"api": D2})})
     assert len(plan.patches) == 1
     assert tick.target("jobs-manager").pending.images == {"api": f"{JM_REPO}@{D2}"}
+
+
+def test_a_pending_record_started_in_the_future_fails_closed_instead_of_never_timing_out() -> None:
+    tick = Tick(spec(target("jobs-manager", api=JM)))
+    future = refresh_intent(f"{JM_REPO}@{D2}", f"{JM_REPO}@{D1}").model_copy(
+        update={"started_at": T0 + timedelta(days=365)}
+    )
+    with_pending(tick, future)
+    plan = tick.run({JOBS: evidence(unsettled(f"{JM_REPO}@{D2}"), digests={"api": D2})})
+    assert plan.patches == ()
+    status = tick.target("jobs-manager")
+    assert status.phase is Phase.ERROR
+    assert "in the future" in status.message
 
 
 def test_the_write_guard_allows_tags_and_digests_of_the_tracked_repository_only() -> None:

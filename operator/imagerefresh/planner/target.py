@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from imagerefresh.models import (
     ContainerSpec,
@@ -80,6 +80,9 @@ class TargetOutcome:
     events: list[Event] = field(default_factory=list)
     degraded: bool = False
     rate_limited: bool = False
+
+
+_CLOCK_SKEW = timedelta(minutes=5)  # what a status written by another replica may be ahead
 
 
 def _short(digest: str | None) -> str:
@@ -255,6 +258,9 @@ class _Decision:
         strangers = sorted(set(pending.images) - set(self.tracked))
         if strangers:
             why = f"names containers the policy does not declare ({', '.join(strangers)})"
+        elif pending.started_at > self.ctx.now + _CLOCK_SKEW:
+            # A start in the future would never reach its rollout timeout.
+            why = f"starts in the future ({pending.started_at.isoformat()})"
         else:
             # The write guard's own rule, applied to both directions of the recorded patch.
             both = (pending, pending.model_copy(update={"images": pending.previous}))
