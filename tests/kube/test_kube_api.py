@@ -28,6 +28,7 @@ from imagerefresh.kube import (
 from imagerefresh.models import WorkloadKind
 from imagerefresh.planner.actions import ImageChange, ImagePatch, PatchPurpose
 from imagerefresh.planner.evidence import ObservedPod, TargetKey, Workload
+from imagerefresh.reference import parse
 
 from support.cluster_env import Cluster, eventually
 
@@ -147,7 +148,8 @@ def assert_untouched_by_us(now: Json, before: Json) -> None:
 
 def change(live: Workload, container: str, image: str, *, expected: str | None = None) -> Any:
     current = live.containers[container]
-    return ImageChange(container, current.json_path, expected or current.image, image)
+    tracked = parse(image).repository  # the adapter's tests write within one repository
+    return ImageChange(container, current.json_path, expected or current.image, image, tracked)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -499,7 +501,15 @@ def test_test_ops_guard_init_containers_and_container_names_too(
     # The app change alone would still apply; the stale init container fails the whole patch.
     stale_init = (change(live, "app", "nginx:9"), change(live, "setup", "busybox:9"))
     # A container now at another index: its name no longer matches the path.
-    moved = (ImageChange("sidecar", live.containers["app"].json_path, "nginx:1", "redis:9"),)
+    moved = (
+        ImageChange(
+            "sidecar",
+            live.containers["app"].json_path,
+            "nginx:1",
+            "redis:9",
+            parse("redis").repository,
+        ),
+    )
     for changes in (stale_init, moved):
         with pytest.raises(PreconditionFailed):
             api.patch_images(ImagePatch(live.key, PatchPurpose.REFRESH, changes))

@@ -51,8 +51,9 @@ async def test_a_concurrent_edit_between_read_and_patch_is_refused_and_retried_n
 
     events = EventRecorder(api)
     applied = await apply_plan(plan, policy, gathered, api, now, events)
-    assert applied.refused == list(plan.patches)
+    assert applied.conflicted == list(plan.patches)
     assert applied.patched == []
+    assert applied.refused == []  # a concurrent edit is not a refusal
     stored = cluster.get("deployment", "app", "-n", ns)
     assert stored["spec"]["template"]["spec"]["containers"][0]["image"] == hotfix
     target = applied.status.targets[0]

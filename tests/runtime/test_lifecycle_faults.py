@@ -138,6 +138,12 @@ def deny(cluster: Cluster) -> Iterator[Any]:
         )
 
 
+def _wait_refused(cluster: Cluster, probe: tuple[str, ...], what: str) -> None:
+    """Admission policies take effect asynchronously: wait until a server-side dry run of
+    ``probe`` (which runs admission, and changes nothing) is refused."""
+    eventually(lambda: cluster.kubectl(*probe, check=False).returncode != 0, timeout=30, what=what)
+
+
 IMAGES_UNCHANGED = (
     "oldObject.spec.template.spec.containers.map(c, c.image) == "
     "object.spec.template.spec.containers.map(c, c.image)"
@@ -158,16 +164,8 @@ async def test_a_patch_an_admission_policy_refuses_is_refused_never_current(
     deployment_with_policy(cluster, ns, tag)
     deny(f"freeze-images-{ns}", ns, "deployments", "apps", IMAGES_UNCHANGED)
 
-    def refused() -> bool:
-        cluster.kubectl("annotate", "deployment/app", "-n", ns, "probe=1", "--overwrite")
-        try:
-            cluster.kubectl("set", "image", "deployment/app", "-n", ns, f"app={tag}-probe")
-        except Exception:
-            return True
-        cluster.kubectl("set", "image", "deployment/app", "-n", ns, f"app={tag}")
-        return False
-
-    eventually(refused, timeout=30, what="the admission policy to refuse image changes")
+    probe = ("set", "image", "deployment/app", "-n", ns, f"app={tag}-probe", "--dry-run=server")
+    _wait_refused(cluster, probe, "the admission policy to refuse image changes")
     outcome = await ticker.tick(ns, POLICY)
     assert outcome is not None
     assert outcome.applied is not None
@@ -196,6 +194,11 @@ async def test_without_a_recorded_intent_no_patch_is_sent(
     tag = f"{registry}/{ns}/app:prod"
     deployment_with_policy(cluster, ns, tag)
     deny(f"freeze-status-{ns}", ns, "imagerefreshpolicies/status", "images.tracebloc.io", "false")
+    probe = (
+        "patch", "irp", POLICY, "-n", ns, "--subresource=status", "--type=merge",
+        "-p", '{"status": {"lastReset": "probe"}}', "--dry-run=server",
+    )  # fmt: skip
+    _wait_refused(cluster, probe, "the admission policy to refuse status writes")
 
     async def held() -> bool:
         outcome = await ticker.tick(ns, POLICY)
@@ -220,7 +223,7 @@ async def test_a_forged_rollback_to_another_repository_is_never_written(
     cluster, ns = crd_installed, policy_namespace
     digest = pusher.push(f"{ns}/app", "prod", seed="forged").digest
     pinned = f"{registry}/{ns}/app@{digest}"
-    deployment_with_policy(cluster, ns, pinned)
+    deployment_with_policy(cluster, ns, pinned, tracked=f"{registry}/{ns}/app:prod")
     evil = "evil.example/miner:latest"
     _forge_status(
         cluster,
@@ -386,7 +389,7 @@ async def test_a_writer_reverting_our_pin_ends_locked_naming_it_not_rolling_fore
     old = pusher.push(f"{ns}/app", "prod", seed="old").digest
     new = pusher.push(f"{ns}/app", "prod", seed="new").digest
     repo = f"{registry}/{ns}/app"
-    deployment_with_policy(cluster, ns, f"{repo}@{old}")
+    deployment_with_policy(cluster, ns, f"{repo}@{old}", tracked=f"{repo}:prod")
     edit = [{"op": "add", "path": "/spec/maxRefreshAttempts", "value": 2}]
     cluster.kubectl("patch", "irp", POLICY, "-n", ns, "--type=json", "-p", json.dumps(edit))
 
@@ -441,7 +444,7 @@ async def test_patch_rights_revoked_mid_run_are_refused_then_retried_once_grante
     cluster, ns = crd_installed, policy_namespace
     old = pusher.push(f"{ns}/app", "prod", seed="rbac-old").digest
     repo = f"{registry}/{ns}/app"
-    deployment_with_policy(cluster, ns, f"{repo}@{old}")
+    deployment_with_policy(cluster, ns, f"{repo}@{old}", tracked=f"{repo}:prod")
     cluster.apply(
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "operator"}},
         _operator_role(["get", "patch"]),

@@ -218,8 +218,11 @@ def kwok_pod_template(
     }
 
 
-def deployment_with_policy(cluster: Cluster, namespace: str, image: str) -> None:
-    """One Deployment ``app`` on ``image`` and a policy ``control-plane`` tracking it."""
+def deployment_with_policy(
+    cluster: Cluster, namespace: str, image: str, *, tracked: str | None = None
+) -> None:
+    """One Deployment ``app`` on ``image`` and a policy ``control-plane`` tracking it (or the
+    tag ``tracked``, when the Deployment starts pinned)."""
     cluster.apply(
         {
             "apiVersion": "apps/v1",
@@ -240,7 +243,7 @@ def deployment_with_policy(cluster: Cluster, namespace: str, image: str) -> None
                     {
                         "kind": "Deployment",
                         "name": "app",
-                        "containers": [{"name": "app", "image": image}],
+                        "containers": [{"name": "app", "image": tracked or image}],
                     }
                 ]
             },
