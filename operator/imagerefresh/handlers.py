@@ -93,6 +93,11 @@ def build_registry() -> kopf.OperatorRegistry:
         if type == "DELETED":
             memo.triggers.pop(uid, None)
             memo.wakeups.pop(uid, None)
+            # Its series go with it (SPEC §6). kopf's finalizer holds the deletion until the
+            # daemon has stopped, so no tick of this policy records anything after this.
+            memo.ticker.metrics.forget_policy(
+                body.metadata.namespace or "", body.metadata.name or ""
+            )
             return
         trigger = _trigger(body)
         seen = memo.triggers.get(uid)
