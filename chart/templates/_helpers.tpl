@@ -190,13 +190,20 @@ unless scoped.
 - apiGroups: [""]
   resources: ["serviceaccounts"]
   verbs: ["get"]
-{{- if $root.Values.rbac.pullSecrets.read }}
-# Pull secrets, by name only (never list or watch): registry credentials for digest lookups.
+{{- end -}}
+
+{{/*
+The pull secrets a target namespace's Role may read: `get` on exactly the names in
+rbac.pullSecrets.names, nothing when it is empty (the default). Only ever rendered into a
+namespaced Role: Secrets are never granted cluster-wide, and never list or watch, which would
+expose every Secret's content.
+*/}}
+{{- define "imagerefresh.secretRules" -}}
+{{- with .Values.rbac.pullSecrets.names }}
+# Pull secrets named in rbac.pullSecrets.names, by name only: registry credentials for digest lookups.
 - apiGroups: [""]
   resources: ["secrets"]
-  {{- with $root.Values.rbac.pullSecrets.names }}
   resourceNames: {{ toJson (uniq . | sortAlpha) }}
-  {{- end }}
   verbs: ["get"]
 {{- end }}
 {{- end -}}
@@ -238,6 +245,9 @@ unless scoped.
 {{- end -}}
 {{- if and .Values.watch.allNamespaces .Values.watch.namespaces -}}
 {{- fail "watch.namespaces and watch.allNamespaces exclude each other" -}}
+{{- end -}}
+{{- if and .Values.rbac.pullSecrets.names .Values.watch.allNamespaces (not (include "imagerefresh.scoped" .)) -}}
+{{- fail "rbac.pullSecrets.names: with watch.allNamespaces and no policies in values, the chart knows no target namespace to grant them in, and it never grants Secrets cluster-wide; declare the policies in values (rbac.scopeToPolicies: true), or grant get on those Secrets by name with a Role in each target namespace yourself" -}}
 {{- end -}}
 {{- $_ := include "imagerefresh.policies" . -}}
 {{- end -}}

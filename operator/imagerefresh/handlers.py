@@ -94,6 +94,11 @@ def build_registry() -> kopf.OperatorRegistry:
             memo.triggers.pop(uid, None)
             memo.wakeups.pop(uid, None)
             memo.ticker.claims.forget(uid)
+            # Its series go with it (SPEC §6). kopf's finalizer holds the deletion until the
+            # daemon has stopped, so no tick of this policy records anything after this.
+            memo.ticker.metrics.forget_policy(
+                body.metadata.namespace or "", body.metadata.name or ""
+            )
             return
         memo.ticker.claims.update(
             uid, body.metadata.namespace or "", body.metadata.name or "", body.spec

@@ -3,9 +3,16 @@
 The :class:`Metrics` object is created by ``imagerefresh run`` (never at import time) and
 passed to what records into it; tests make their own. Per-target gauges are keyed by
 (namespace, policy, kind, target) so an alert can name the workload.
+
+A series lives only as long as what it describes (SPEC §6): a deleted policy's series are
+removed (:meth:`Metrics.forget_policy`), and each status recorded removes the series of the
+targets, conditions and registry budgets it no longer reports — else an alert on a stale
+series (a target frozen, a policy not ticking) would fire until the operator restarts.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
@@ -15,6 +22,9 @@ from imagerefresh.ratelimit import RequestKind
 __all__ = ["Metrics"]
 
 _TARGET = ("namespace", "policy", "kind", "target")
+PolicyKey = tuple[str, str]  # (namespace, policy)
+TargetLabels = tuple[str, str]  # (kind, "namespace/name"), as the per-target series carry them
+BudgetLabels = tuple[str, str]  # (registry, identity)
 
 
 class Metrics:
@@ -103,6 +113,28 @@ class Metrics:
             registry=r,
         )
 
+        # What each policy's last recorded status reported: the series it owns.
+        self._targets: dict[PolicyKey, set[TargetLabels]] = {}
+        self._conditions: dict[PolicyKey, set[str]] = {}
+        self._limits: dict[PolicyKey, set[BudgetLabels]] = {}
+        self._remaining: dict[PolicyKey, set[BudgetLabels]] = {}
+
+    @property
+    def _per_policy(self) -> tuple[Counter | Gauge | Histogram, ...]:
+        """Every family with (namespace, policy) labels."""
+        return (
+            self.refreshes,
+            self.skip_streak,
+            self.refresh_attempts,
+            self.frozen,
+            self.locked,
+            self.tick_duration,
+            self.ticks,
+            self.last_tick,
+            self.condition,
+            self.status_writes,
+        )
+
     def serve(self, port: int, address: str = "0.0.0.0") -> None:
         start_http_server(port, addr=address, registry=self.registry)
 
@@ -112,19 +144,73 @@ class Metrics:
     def record_status(
         self, namespace: str, policy: str, spec: PolicySpec, status: PolicyStatus
     ) -> None:
-        """Per-target gauges from the status a tick produced."""
+        """Per-target gauges from the status a tick produced; what it no longer reports goes."""
+        key = (namespace, policy)
+        targets: set[TargetLabels] = set()
         for target in status.targets:
-            labels = (namespace, policy, str(target.kind), f"{target.namespace}/{target.name}")
+            kind, name = str(target.kind), f"{target.namespace}/{target.name}"
+            targets.add((kind, name))
+            labels = (namespace, policy, kind, name)
             self.skip_streak.labels(*labels).set(target.skip_streak)
             self.refresh_attempts.labels(*labels).set(target.refresh_attempts)
             self.frozen.labels(*labels).set(int(target.skip_streak >= spec.max_skip_ticks))
             self.locked.labels(*labels).set(int(target.locked_at is not None))
+        self.forget_targets(namespace, policy, self._targets.get(key, set()) - targets)
+        self._targets[key] = targets
+
+        conditions = {condition.type for condition in status.conditions}
         for condition in status.conditions:
             self.condition.labels(namespace, policy, condition.type).set(
                 int(condition.status == "True")
             )
+        for gone in self._conditions.get(key, set()) - conditions:
+            self.condition.remove(namespace, policy, gone)
+        self._conditions[key] = conditions
+
+        limits: set[BudgetLabels] = set()
+        remaining: set[BudgetLabels] = set()
         for budget in status.registries:
             if budget.limit is not None:
                 self.ratelimit_limit.labels(budget.host, budget.identity).set(budget.limit)
+                limits.add((budget.host, budget.identity))
             if budget.remaining is not None:
                 self.ratelimit_remaining.labels(budget.host, budget.identity).set(budget.remaining)
+                remaining.add((budget.host, budget.identity))
+        self._report_budgets(key, limits, remaining)
+
+    def forget_targets(self, namespace: str, policy: str, targets: Iterable[TargetLabels]) -> None:
+        """Remove the per-target series of ``targets`` ((kind, "namespace/name") pairs) of the
+        policy: targets removed from its spec, or whose key changed."""
+        for kind, name in targets:
+            for gauge in (self.skip_streak, self.refresh_attempts, self.frozen, self.locked):
+                gauge.remove(namespace, policy, kind, name)
+        known = self._targets.get((namespace, policy))
+        if known is not None:
+            known.difference_update(targets)
+
+    def forget_policy(self, namespace: str, policy: str) -> None:
+        """Remove every series of a deleted policy (a policy of that name created later starts
+        afresh) and the registry budgets only it reported."""
+        key = (namespace, policy)
+        for family in self._per_policy:
+            family.remove_by_labels({"namespace": namespace, "policy": policy})
+        self._targets.pop(key, None)
+        self._conditions.pop(key, None)
+        self._report_budgets(key, set(), set())
+        self._limits.pop(key, None)
+        self._remaining.pop(key, None)
+
+    def _report_budgets(
+        self, key: PolicyKey, limits: set[BudgetLabels], remaining: set[BudgetLabels]
+    ) -> None:
+        """Record what one policy reports; a (registry, identity) series that no policy reports
+        any longer is removed (one registry and identity is often shared by many policies)."""
+        for gauge, reported, now in (
+            (self.ratelimit_limit, self._limits, limits),
+            (self.ratelimit_remaining, self._remaining, remaining),
+        ):
+            before = reported.get(key, set())
+            reported[key] = now
+            still = set().union(*reported.values())
+            for host, identity in before - still:
+                gauge.remove(host, identity)

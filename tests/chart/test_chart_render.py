@@ -134,7 +134,15 @@ PROFILES: dict[str, dict[str, Any]] = {
         "metrics": {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}}
     },
     "pull-secret-names": {**CONTROL_PLANE, "rbac": {"pullSecrets": {"names": ["regcred", "hub"]}}},
-    "no-secret-access": {"rbac": {"pullSecrets": {"read": False}}},
+    "pull-secret-names-unscoped": {
+        "allowNamespacePairs": [NODE_AGENTS_PAIR],
+        "rbac": {"pullSecrets": {"names": ["regcred"]}},
+    },
+    "all-namespaces-with-policies-and-pull-secrets": {
+        "watch": {"allNamespaces": True},
+        **CONTROL_PLANE,
+        "rbac": {"pullSecrets": {"names": ["regcred"]}},
+    },
     "peering": {"peering": {"enabled": True}},
     "peering-all-namespaces": {"peering": {"enabled": True}, "watch": {"allNamespaces": True}},
     "insecure-registries": {"insecureRegistries": ["127.0.0.1:5000", "mirror.local"]},
@@ -431,20 +439,64 @@ def test_a_cross_namespace_pair_adds_a_target_role_in_the_target_namespace_only(
     assert "--namespace=tracebloc-node-agents" not in args
 
 
-def test_pull_secret_names_scope_secret_reads_to_get_on_those_names() -> None:
+def secret_rules(objects: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """Every rule of every Role and ClusterRole that mentions Secrets, with its role's kind."""
+    return [
+        (role["kind"], rule)
+        for role in of_kind(objects, "Role") + of_kind(objects, "ClusterRole")
+        for rule in role["rules"]
+        if "secrets" in rule["resources"]
+    ]
+
+
+@pytest.mark.parametrize(
+    "profile", sorted(p for p in PROFILES if "pullSecrets" not in PROFILES[p].get("rbac", {}))
+)
+def test_without_pull_secret_names_no_role_grants_anything_on_secrets(profile: str) -> None:
+    assert secret_rules(render(PROFILES[profile])) == []
+
+
+def test_pull_secret_names_grant_only_get_on_those_names_in_each_target_namespace() -> None:
     objects = render(PROFILES["pull-secret-names"])
     for ns in ("tracebloc", "tracebloc-node-agents"):
         rules = rules_of(objects, "Role", ns)
         assert names_granted(rules, "secrets", "get") == {"regcred", "hub"}
+        for verb in ("list", "watch", "create", "update", "patch", "delete"):
+            assert not grants(rules, "secrets", verb)
+    for kind, rule in secret_rules(objects):
+        assert kind == "Role"
+        assert rule == {
+            "apiGroups": [""],
+            "resources": ["secrets"],
+            "resourceNames": ["hub", "regcred"],
+            "verbs": ["get"],
+        }
 
 
-def test_without_pull_secret_names_secrets_are_get_only_and_can_be_turned_off() -> None:
-    rules = rules_of(render(), "Role", "tracebloc")
-    assert names_granted(rules, "secrets", "get") is None
-    assert not grants(rules, "secrets", "list")
-    assert not grants(rules, "secrets", "watch")
-    off = rules_of(render(PROFILES["no-secret-access"]), "Role", "tracebloc")
-    assert not [r for r in off if "secrets" in r["resources"]]
+def test_pull_secret_names_without_policies_go_to_the_watched_and_allowed_namespaces() -> None:
+    objects = render(PROFILES["pull-secret-names-unscoped"])
+    for ns in ("tracebloc", "tracebloc-node-agents"):
+        assert names_granted(rules_of(objects, "Role", ns), "secrets", "get") == {"regcred"}
+    assert {kind for kind, _ in secret_rules(objects)} == {"Role"}
+
+
+def test_all_namespaces_never_grants_secrets_cluster_wide() -> None:
+    # Without names: no Secret rule anywhere, the ClusterRole included.
+    assert secret_rules(render(PROFILES["all-namespaces"])) == []
+    # With names and policies: only in the namespaced Roles of the policies' targets.
+    objects = render(PROFILES["all-namespaces-with-policies-and-pull-secrets"])
+    assert not grants(only(objects, "ClusterRole")["rules"], "secrets", "get")
+    for ns in ("tracebloc", "tracebloc-node-agents"):
+        assert names_granted(rules_of(objects, "Role", ns), "secrets", "get") == {"regcred"}
+    assert {kind for kind, _ in secret_rules(objects)} == {"Role"}
+
+
+def test_pull_secret_names_with_all_namespaces_and_no_policies_are_refused() -> None:
+    error = render_error(
+        {"watch": {"allNamespaces": True}, "rbac": {"pullSecrets": {"names": ["regcred"]}}}
+    )
+    assert "rbac.pullSecrets.names" in error
+    assert "never grants Secrets cluster-wide" in error
 
 
 def test_all_namespaces_puts_policy_rules_in_a_cluster_role_named_after_the_release_namespace() -> (
@@ -543,7 +595,11 @@ def test_rbac_is_least_privilege_in_every_profile(profile: str) -> None:
             if resources & {"pods", "serviceaccounts", "secrets"}:
                 assert verbs in ({"list"}, {"get"}), rule
             if "secrets" in resources:
+                # By name only, as listed in values; never list/watch, never cluster-wide.
+                assert role["kind"] == "Role", rule
                 assert verbs == {"get"}, rule
+                names = values["rbac"]["pullSecrets"]["names"]
+                assert sorted(rule["resourceNames"]) == sorted(names), rule
             if "events" in resources:
                 assert verbs == {"create"}, rule
             if "imagerefreshpolicies/status" in resources:
@@ -654,6 +710,8 @@ def test_monitoring_is_off_by_default() -> None:
         ({"insecureRegistries": ["http://mirror"]}, "/insecureRegistries/0"),
         ({"imagePullSecrets": [{"name": "regcred"}]}, "/imagePullSecrets/0"),
         ({"rbac": {"pullSecrets": {"names": "regcred"}}}, "/rbac/pullSecrets/names"),
+        # `read` is gone: Secrets are read only when named.
+        ({"rbac": {"pullSecrets": {"read": True}}}, "additional properties 'read' not allowed"),
         (
             {
                 "policies": [

@@ -9,6 +9,7 @@ rejected at admission, and the printer columns are served.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -201,3 +202,148 @@ def test_printer_columns_and_short_name_are_served(crd: Cluster, namespace: str)
     crd.apply(policy_object("columns", MINIMAL), namespace=namespace)
     table = crd.kubectl("get", "irp", "-n", namespace).stdout
     assert table.split()[:6] == ["NAME", "TARGETS", "READY", "PHASE", "LAST", "REFRESH"]
+
+
+# --- admission rules the models share (CEL) ------------------------------------------------
+
+
+def one_target(*images: str, **target: Any) -> dict[str, Any]:
+    containers = [{"name": f"c{i}", "image": image} for i, image in enumerate(images)]
+    return {"kind": "Deployment", "name": "x", **target, "containers": containers}
+
+
+def create(cluster: Cluster, namespace: str, spec: dict[str, Any]) -> str:
+    """A server-side dry-run create of a policy; the API server's refusal, or "" if admitted."""
+    proc = cluster.kubectl(
+        "create", "--dry-run=server", "-n", namespace, "-f", "-",
+        input=json.dumps(policy_object("p", spec)), check=False,
+    )  # fmt: skip
+    return proc.stderr if proc.returncode else ""
+
+
+LOWERCASE = "the repository path in image must be lowercase"
+SHORT = "sha256:" + HEX[:63]
+REFUSED = {
+    "uppercase in a repository path": (
+        {"targets": [one_target("tracebloc/Jobs-Manager:prod")]},
+        LOWERCASE,
+    ),
+    "uppercase in an official image's name": ({"targets": [one_target("Nginx:1.27")]}, LOWERCASE),
+    "uppercase after a registry host": (
+        {"targets": [one_target("Registry.Example:5000/Team/app:prod")]},
+        LOWERCASE,
+    ),
+    "a URL scheme": (
+        {"targets": [one_target("https://registry.example.com/team/app:prod")]},
+        "image must not carry a URL scheme",
+    ),
+    "a target repeated": (
+        {"targets": [one_target("a:b"), one_target("c:d")]},
+        "each workload may be targeted once per policy",
+    ),
+    "a target repeated in a named namespace": (
+        {"targets": [one_target("a:b", namespace="n"), one_target("c:d", namespace="n")]},
+        "each workload may be targeted once per policy",
+    ),
+    "a container repeated in a target": (
+        {"targets": [{**one_target("a:b"), "containers": [{"name": "a", "image": "a:b"}] * 2}]},
+        "Duplicate value",
+    ),
+    "a zero ceiling": (
+        {**MINIMAL, "maxRefreshAttempts": 0},
+        "should be greater than or equal to 1",
+    ),
+    "a digest of the wrong length": (
+        {
+            "targets": [
+                {**one_target(), "containers": [{"name": "a", "image": "a", "digest": SHORT}]}
+            ]
+        },
+        "spec.targets[0].containers[0].digest",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSED))
+def test_admission_refuses_what_the_models_refuse_and_says_why(
+    crd: Cluster, namespace: str, case: str
+) -> None:
+    spec, message = REFUSED[case]
+    refusal = create(crd, namespace, spec)
+    assert "is invalid" in refusal
+    assert message in refusal
+    with pytest.raises(ValueError, match="validation error"):  # never admitted, then skipped
+        PolicySpec.model_validate(spec)
+
+
+ADMITTED = {
+    "capitals in the registry host": {"targets": [one_target("Registry.Example/team/app:prod")]},
+    "a capitalised single-name registry host": {"targets": [one_target("LOCALDOMAIN/debian")]},
+    "capitals in the tag": {"targets": [one_target("nginx:Latest", "localhost:5000/a/b:V1")]},
+    "one name as two kinds": {
+        "targets": [one_target("a:b"), {**one_target("a:b"), "kind": "DaemonSet"}]
+    },
+    # The same workload only once the namespace is defaulted: the operator reports a Conflict.
+    "one name with and without a namespace": {
+        "targets": [one_target("a:b"), one_target("a:b", namespace="n")]
+    },
+}
+
+
+@pytest.mark.parametrize("case", list(ADMITTED))
+def test_admission_admits_what_the_models_admit(crd: Cluster, namespace: str, case: str) -> None:
+    spec = ADMITTED[case]
+    PolicySpec.model_validate(spec)
+    assert create(crd, namespace, spec) == ""
+
+
+# References from distribution's grammar (tests/test_reference.py) and capitalised variants.
+REFERENCES = [
+    "nginx", "nginx:1.27", "docker.io/nginx", "index.docker.io/docker/docker", "test_com/foo",
+    "test.com:8080/foo", "xn--n3h.com:18080/foo", "localhost/foo", "localhost:5000/a/b:t",
+    "LOCALDOMAIN/debian", "[fc00::1]:5000/docker/docker", "localhost:5000", "192.168.0.1:80",
+    "sha256:" + HEX, "d/docker:_tag-1.2", "foo:UPPER_tag", "docker/Docker",
+    "docker.io/docker/Docker", "Docker/Docker", "https://github.com/docker/docker",
+    "http://localhost:5000/a", "-docker", "docker///docker", "docker/", "dock..er/docker",
+    "[fc00::1]:5000", "foo:-tag", "my_host.example/foo", "NGINX", "Nginx:Latest", "A/b", "A/B",
+    "a/B", "localhost/Foo", "docker.io/Library/nginx", "[::1]:5000/App", "foo_bar/Baz",
+    "Foo_bar/baz", "sha256:ABC", "nginx:A/b", "a.com/b:5000/C", "Registry.Example:5000/t/a:V",
+    "ghcr.io/team/app", "ghcr.io/Team/app", "a" * 64, "A" * 64,
+]  # fmt: skip
+
+
+def _refused_images(cluster: Cluster, namespace: str, images: list[str]) -> set[str]:
+    """The images the API server refuses, asked 32 at a time (a target's container limit)."""
+    refused: set[str] = set()
+    for start in range(0, len(images), 32):
+        batch = images[start : start + 32]
+        refusal = create(cluster, namespace, {"targets": [one_target(*batch)]})
+        indices = {int(i) for i in re.findall(r"containers\[(\d+)\]\.image", refusal)}
+        refused.update(batch[i] for i in indices)
+    return refused
+
+
+def _model_refusal(image: str) -> str:
+    try:
+        ContainerSpec.model_validate({"name": "c", "image": image})
+    except ValueError as error:
+        return str(error)
+    return ""
+
+
+# What admission refuses of REFERENCES: every capital in a repository path, every URL scheme.
+# The models refuse more (the grammar's other rules; "Foo_bar/baz", whose capitalised first
+# element reads as an invalid host) — those stay runtime errors, never admitted-and-misread.
+REFUSED_REFERENCES = {
+    "docker/Docker", "docker.io/docker/Docker", "Docker/Docker", "NGINX", "Nginx:Latest", "A/B",
+    "a/B", "localhost/Foo", "docker.io/Library/nginx", "[::1]:5000/App", "foo_bar/Baz",
+    "ghcr.io/Team/app", "A" * 64, "https://github.com/docker/docker", "http://localhost:5000/a",
+}  # fmt: skip
+
+
+def test_admission_refuses_capitalised_paths_and_schemes_and_nothing_the_models_accept(
+    crd: Cluster, namespace: str
+) -> None:
+    refused = _refused_images(crd, namespace, REFERENCES)
+    assert refused == REFUSED_REFERENCES
+    assert [image for image in refused if not _model_refusal(image)] == []

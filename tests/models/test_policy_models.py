@@ -103,6 +103,27 @@ def test_defaults_are_the_documented_ones() -> None:
             },
             "once per target",
         ),
+        (
+            {
+                "targets": [
+                    {"kind": "Deployment", "name": "x", "containers": [{"name": "a", "image": "a"}]}
+                ]
+                * 2
+            },
+            "once per policy",
+        ),
+        (
+            {
+                "targets": [
+                    {
+                        "kind": "Deployment",
+                        "name": "x",
+                        "containers": [{"name": "a", "image": "https://r.example/a:b"}],
+                    }
+                ]
+            },
+            "URL scheme",
+        ),
         ({"unknown": 1}, "Extra inputs"),
     ],
 )

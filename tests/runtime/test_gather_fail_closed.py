@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import kubernetes
 import pytest
 
-from imagerefresh.kube.api import KubeApi
-from imagerefresh.models import Phase
+from imagerefresh.kube.api import PULL_SECRETS_VALUE, KubeApi
+from imagerefresh.models import Phase, TargetStatus
 from imagerefresh.planner import plan_tick
 from imagerefresh.ratelimit import RateLimitLedger
 from imagerefresh.registry import RegistryClient
@@ -17,6 +21,7 @@ from imagerefresh.runtime.config import OperatorConfig
 from imagerefresh.runtime.gather import Gathered, gather
 
 from support.cluster_env import Cluster
+from support.helm_env import only, render
 from support.operator_env import deployment_with_policy
 
 pytestmark = pytest.mark.cluster
@@ -101,3 +106,58 @@ async def test_pods_the_operator_may_not_list_make_the_target_error_never_a_patc
     (target,) = plan.status.targets
     assert target.phase is Phase.ERROR
     assert "list pods" in target.message
+
+
+def install_chart_rbac(cluster: Cluster, namespace: str, names: list[str]) -> str:
+    """The chart's ServiceAccount, Role and RoleBinding for ``namespace`` (released there, with
+    ``rbac.pullSecrets.names`` = ``names``), applied; the ServiceAccount's name."""
+    objects = render({"rbac": {"pullSecrets": {"names": names}}}, namespace=namespace)
+    rbac = [o for o in objects if o["kind"] in ("ServiceAccount", "Role", "RoleBinding")]
+    cluster.apply(*rbac, namespace=namespace)
+    return str(only(objects, "ServiceAccount")["metadata"]["name"])
+
+
+async def target_once(
+    cluster: Cluster, registry: str, namespace: str, account: str, done: Callable[[str], bool]
+) -> TargetStatus:
+    """The policy's one target as ``account`` gathers it, once ``done(message)`` holds (RBAC
+    caches may lag a moment behind a new Role); nothing may ever be patched on the way."""
+    deadline = time.monotonic() + 30
+    while True:
+        plan = plan_tick((await gather_as(cluster, registry, namespace, account)).tick)
+        assert plan.patches == ()
+        (target,) = plan.status.targets
+        if done(target.message) or time.monotonic() > deadline:
+            return target
+        await asyncio.sleep(0.2)
+
+
+async def test_a_pull_secret_the_charts_rbac_does_not_name_is_error_naming_the_chart_value(
+    crd_installed: Cluster, registry: str, policy_namespace: str
+) -> None:
+    cluster, ns = crd_installed, policy_namespace
+    deployment_with_policy(cluster, ns, f"{registry}/{ns}/app:prod")
+    pull_with = {"spec": {"template": {"spec": {"imagePullSecrets": [{"name": "regcred"}]}}}}
+    cluster.kubectl("patch", "deployment", "app", "-n", ns, "-p", json.dumps(pull_with))
+
+    # The chart's defaults grant no Secret at all: the target is Error, and says what to set.
+    account = install_chart_rbac(cluster, ns, [])
+    target = await target_once(cluster, registry, ns, account, lambda m: PULL_SECRETS_VALUE in m)
+    assert target.phase is Phase.ERROR
+    assert "get Secret" in target.message
+    assert f"add 'regcred' to the chart value {PULL_SECRETS_VALUE}" in target.message
+
+    # Named in the value, it is read (here: found missing, and skipped as the kubelet skips it).
+    install_chart_rbac(cluster, ns, ["regcred"])
+    readable = await target_once(
+        cluster, registry, ns, account, lambda m: "forbidden" not in m.lower()
+    )
+    assert "forbidden" not in readable.message.lower()
+
+    # A second pull secret the value does not name fails closed again, naming that one.
+    pull_with["spec"]["template"]["spec"]["imagePullSecrets"].append({"name": "hub"})
+    cluster.kubectl("patch", "deployment", "app", "-n", ns, "-p", json.dumps(pull_with))
+    target = await target_once(cluster, registry, ns, account, lambda m: PULL_SECRETS_VALUE in m)
+    assert target.phase is Phase.ERROR
+    assert f"add 'hub' to the chart value {PULL_SECRETS_VALUE}" in target.message
+    assert "regcred" not in target.message

@@ -633,6 +633,44 @@ def test_metrics_liveness_and_json_logs_are_served(
     assert tick["patched"] == [f"Deployment {ns}/app"]
 
 
+def test_series_of_a_removed_target_and_of_a_deleted_policy_leave_metrics(
+    operator: Operator,
+    cluster: Cluster,
+    pusher: ImagePusher,
+    policy_namespace: str,
+) -> None:
+    ns, reg = policy_namespace, operator.registry
+    pusher.push(f"{ns}/app", "prod", seed="forget")
+    tag = f"{reg}/{ns}/app:prod"
+    cluster.apply(
+        deployment("one", {"app": tag}, replicas=1),
+        deployment("two", {"app": tag}, replicas=1),
+        namespace=ns,
+    )
+    cluster.apply(
+        policy("control-plane", target("one", app=tag), target("two", app=tag)), namespace=ns
+    )
+    operator.wait_first_tick(ns, "control-plane")
+    ours = {"namespace": ns, "policy": "control-plane"}
+    assert operator.series(**ours, target=f"{ns}/two")
+    # Target `two` leaves the spec: the spec change ticks at once, and its series go.
+    cluster.apply(policy("control-plane", target("one", app=tag)), namespace=ns)
+    eventually(
+        lambda: not operator.series(**ours, target=f"{ns}/two"),
+        timeout=30,
+        what="the removed target's series to leave /metrics",
+    )
+    assert len(operator.series(**ours, target=f"{ns}/one")) == 4  # the four per-target gauges
+    # The policy is deleted: every series of it goes (an alert on one would fire forever).
+    cluster.kubectl("delete", "irp", "control-plane", "-n", ns, "--timeout=60s")
+    eventually(
+        lambda: not operator.series(**ours),
+        timeout=30,
+        what="the deleted policy's series to leave /metrics",
+    )
+    assert operator.series(kind="HEAD")  # the operator's own series stay
+
+
 def _tick_times(operator: Operator, policy_key: str) -> list[datetime]:
     records = [json.loads(line) for line in operator.log().splitlines() if line.strip()]
     return [

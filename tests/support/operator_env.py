@@ -126,6 +126,16 @@ class Operator:
                 total += float(line.rsplit(" ", 1)[1])
         return total
 
+    def series(self, **labels: str) -> list[str]:
+        """The /metrics samples, of any family, whose labels include ``labels``."""
+        text = httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5).text
+        return [
+            line
+            for line in text.splitlines()
+            if not line.startswith("#")
+            and labels.items() <= dict(re.findall(r'(\w+)="([^"]*)"', line.split("}")[0])).items()
+        ]
+
     def ticks(self, namespace: str, policy: str) -> float:
         return self.metric("imagerefresh_ticks_total", namespace=namespace, policy=policy)
 

@@ -43,7 +43,7 @@ import structlog
 from kubernetes.client.exceptions import ApiException
 
 from imagerefresh.credentials import Credentials, InvalidDockerConfig, parse_docker_config
-from imagerefresh.kube.errors import KubeError, NotFound, translate
+from imagerefresh.kube.errors import Forbidden, KubeError, NotFound, translate
 from imagerefresh.kube.selectors import InvalidSelector, label_selector
 from imagerefresh.planner import OPERATOR_FIELD_MANAGER, ImagePatch, check_patch
 
@@ -53,6 +53,7 @@ __all__ = [
     "POLICY_KIND",
     "POLICY_PLURAL",
     "POLICY_VERSION",
+    "PULL_SECRETS_VALUE",
     "KubeApi",
     "ReadCache",
 ]
@@ -69,6 +70,8 @@ MAX_EVENT_MESSAGE = 1024
 JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"
 DEFAULT_TIMEOUT = (5.0, 30.0)  # (connect, read) seconds: a hung API server never hangs a tick
+# The chart value listing the only Secrets the operator may read (chart/values.yaml).
+PULL_SECRETS_VALUE = "rbac.pullSecrets.names"
 _PAGE = 500
 DEFAULT_CONNECTIONS = 16
 
@@ -322,6 +325,15 @@ class KubeApi:
                 namespace=namespace,
             )
             return None
+        except Forbidden as error:
+            if error.status != 403:
+                raise  # 401: the operator's own credentials, not this secret's grant
+            # The chart grants Secrets by name only, none by default: say which value to set.
+            raise Forbidden(
+                f"{error} — or, installed with the Helm chart, add {name!r} to the chart value "
+                f"{PULL_SECRETS_VALUE} (the only Secrets it grants, by name)",
+                status=error.status,
+            ) from error
         kind = secret.get("type")
         key = _PULL_SECRET_KEYS.get(str(kind))
         encoded = (secret.get("data") or {}).get(key) if key else None

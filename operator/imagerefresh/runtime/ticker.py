@@ -113,9 +113,13 @@ class PolicyTicker:
             outcome = "ok"
             return TickOutcome(plan, applied)
         finally:
-            self.metrics.tick_duration.labels(namespace, name).observe(time.monotonic() - started)
-            self.metrics.ticks.labels(namespace, name, outcome).inc()
-            self.metrics.last_tick.labels(namespace, name).set(time.time())
+            if outcome == "gone":  # deleted: its series go with it, none are made anew
+                self.metrics.forget_policy(namespace, name)
+            else:
+                elapsed = time.monotonic() - started
+                self.metrics.tick_duration.labels(namespace, name).observe(elapsed)
+                self.metrics.ticks.labels(namespace, name, outcome).inc()
+                self.metrics.last_tick.labels(namespace, name).set(time.time())
 
     async def _unreadable(
         self, policy: dict[str, Any], error: PolicyUnreadable, now: datetime
