@@ -86,11 +86,6 @@ class Environment:
         up = self._up()
         if up.returncode != 0:
             kept = self._keep_logs()
-            note(f"e2e/local up failed (logs kept in {kept}); trying once more")
-            self.down()
-            up = self._up()
-        if up.returncode != 0:
-            kept = self._keep_logs()
             self.down()  # whatever half of it started
             raise RuntimeError(f"e2e/local up failed (logs in {kept}):\n{up.stderr[-3000:]}")
         exported = parse_exports(up.stdout)

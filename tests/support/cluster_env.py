@@ -25,7 +25,6 @@ import secrets
 import shlex
 import subprocess
 import time
-import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -172,25 +171,19 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         return
 
     already_up = _run_local("status", timeout=30).returncode == 0
-    failures: list[str] = []
-    for _attempt in range(1 if already_up else 2):
-        try:
-            up = _run_local("up", timeout=UP_TIMEOUT)
-        except BaseException:
-            # Interrupted or timed out half-way: leave no processes behind.
-            if not already_up:
-                _run_local("down", timeout=DOWN_TIMEOUT)
-            raise
-        if up.returncode == 0:
-            break
-        failures.append(f"exit {up.returncode}:\n{_tail(up.stderr)}")
+    try:
+        up = _run_local("up", timeout=UP_TIMEOUT)
+    except BaseException:
+        # Interrupted or timed out half-way: leave no processes behind.
         if not already_up:
             _run_local("down", timeout=DOWN_TIMEOUT)
-        # A component that dies while starting (seen rarely, with an empty log) gets one
-        # more try from scratch; the first failure is still reported below.
-        warnings.warn(f"`e2e/local up` failed, trying once more: {failures[-1]}", stacklevel=1)
-    else:
-        pytest.fail(f"`e2e/local up` failed: {' / then: '.join(failures)}", pytrace=False)
+        raise
+    if up.returncode != 0:
+        if not already_up:
+            _run_local("down", timeout=DOWN_TIMEOUT)
+        pytest.fail(
+            f"`e2e/local up` failed (exit {up.returncode}):\n{_tail(up.stderr)}", pytrace=False
+        )
     exported = parse_exports(up.stdout)
     local = Cluster(
         kubeconfig=exported["KUBECONFIG"],
