@@ -8,7 +8,7 @@ import pytest
 
 from imagerefresh.credentials import Credentials
 from imagerefresh.reference import parse
-from imagerefresh.registry import ManifestNotFound, RegistryClient, Resolution
+from imagerefresh.registry import ManifestNotFound, RegistryAuthError, RegistryClient, Resolution
 from imagerefresh.resolver import ResolutionKey, SharedResolver, resolve_all
 
 from support.hub_front import HubFront
@@ -44,6 +44,26 @@ async def test_duplicates_share_one_request_and_failures_stay_values(
         if r.kind == "manifest" and r.method == "HEAD" and r.status != 401
     ]
     assert len(authorized_heads) == 5
+
+
+async def test_secrets_sharing_a_username_are_separate_requests_and_the_wrong_one_is_refused(
+    hub_front: HubFront, pusher: ImagePusher
+) -> None:
+    hub_front.users = {"alice": "right"}
+    pushed = pusher.push("fan/tenant", "prod", seed="tenant")
+    reference = parse(f"{hub_front.host}/fan/tenant:prod")
+    right = ResolutionKey.of(reference, Credentials("alice", "right", "team-a/regcred"))
+    wrong = ResolutionKey.of(reference, Credentials("alice", "wrong", "team-b/regcred"))
+    async with RegistryClient(insecure_registries=[hub_front.host]) as client:
+        results = await resolve_all(client, [right, wrong])
+    assert isinstance(results[right], Resolution)
+    assert results[right].digest == pushed.digest
+    assert isinstance(results[wrong], RegistryAuthError)
+    assert "team-b/regcred" in str(results[wrong])
+    tokens = sorted((r.identity, r.status) for r in hub_front.served if r.kind == "token")
+    assert tokens == [("?", 401), ("alice", 200)]
+    served = [r for r in hub_front.served if r.kind == "manifest" and r.status == 200]
+    assert [r.identity for r in served] == ["alice"]  # one manifest answer: the right one's
 
 
 async def test_concurrency_per_registry_is_bounded(

@@ -71,7 +71,7 @@ def _load_credentials(docker_config: Path | None, domain: str) -> Credentials | 
     if docker_config is None:
         return None
     try:
-        config = parse_docker_config(docker_config.read_bytes())
+        config = parse_docker_config(docker_config.read_bytes(), source=str(docker_config))
     except (OSError, InvalidDockerConfig) as error:
         raise click.ClickException(f"cannot read {docker_config}: {error}") from error
     return credentials_for(domain, [config])

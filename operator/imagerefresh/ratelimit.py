@@ -3,9 +3,12 @@
 Docker Hub reports its pull budget on every manifest response (``ratelimit-limit: 100;w=21600``,
 ``ratelimit-remaining: 76;w=21600``, ``docker-ratelimit-source: <ip or user id>``) and counts
 only manifest GETs as pulls — HEADs are free. The replaced CronJob did this arithmetic by hand in
-a comment; here it is a ledger with one :class:`PullBudget` per (registry, identity), fed by the
+a comment; here it is a ledger with one :class:`PullBudget` per (registry, account), fed by the
 registry client and asked by the planner: *can I afford N more pulls and still leave R for the
-kubelet?*
+kubelet?* The registry's limit is per account, so the budget is too: keyed by
+:attr:`~imagerefresh.credentials.Credentials.account` (the whole credential, never the username
+alone) or ``anonymous``. A snapshot carries the name status shows (the pull secret), never
+the account key.
 
 A registry that sends no rate-limit headers reports no limit for that identity (Docker Hub
 documents exactly this for unlimited accounts, and most private registries never send them):
@@ -22,7 +25,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 import structlog
@@ -215,7 +218,7 @@ class BudgetSnapshot:
 
 @dataclass(slots=True)
 class RateLimitLedger:
-    """Every budget the operator knows, keyed by (registry host, identity)."""
+    """Every budget the operator knows, keyed by (registry host, account)."""
 
     budgets: dict[tuple[str, str], PullBudget] = field(default_factory=dict)
     paused_until: dict[str, float] = field(default_factory=dict)
@@ -242,12 +245,19 @@ class RateLimitLedger:
         """Whether ``identity`` may spend ``pulls`` more at ``registry`` and keep ``reserve``."""
         return self.snapshot(registry, identity, now).can_afford(pulls, reserve)
 
-    def snapshot(self, registry: str, identity: str, now: float) -> BudgetSnapshot:
-        """The budget of ``identity`` at ``registry`` as of ``now``, pause included."""
+    def snapshot(
+        self, registry: str, identity: str, now: float, *, label: str | None = None
+    ) -> BudgetSnapshot:
+        """The budget of ``identity`` at ``registry`` as of ``now``, pause included.
+
+        ``label`` is how the snapshot names the account (the pull secret) when the budget is
+        keyed by an account key that must not be shown.
+        """
         paused = self.pause_remaining(registry, now)
         blocked = (
             f"{registry} answered 429 Too Many Requests; paused for {paused:.0f}s more"
             if paused > 0
             else None
         )
-        return self.budget(registry, identity).snapshot(now, blocked)
+        snapshot = self.budget(registry, identity).snapshot(now, blocked)
+        return snapshot if label is None else replace(snapshot, identity=label)

@@ -13,7 +13,8 @@ pin can never point at content the mirror does not hold. ``docker.io`` is served
 Transport exceptions and HTTP statuses become :mod:`imagerefresh.registry.errors` in one place,
 :func:`translate`; unavailability (connection failures, timeouts, 5xx) is retried with
 exponential backoff, a 429 pauses the registry for its ``Retry-After``. Every response's
-rate-limit headers feed the :class:`~imagerefresh.ratelimit.RateLimitLedger`.
+rate-limit headers feed the :class:`~imagerefresh.ratelimit.RateLimitLedger`, under the
+account of the credentials used (:attr:`~imagerefresh.credentials.Credentials.account`).
 """
 
 from __future__ import annotations
@@ -150,6 +151,10 @@ def translate(
     )
 
 
+def _account(credentials: Credentials | None) -> str:
+    return credentials.account if credentials is not None else ANONYMOUS
+
+
 class RegistryClient:
     """An async client that resolves image tags to digests, with auth and rate accounting."""
 
@@ -172,9 +177,11 @@ class RegistryClient:
         self.clock = clock
         self.tokens = TokenCache()
         self._observer = observer
-        self._challenges: dict[str, Challenge] = {}
-        # Per (realm, service, identity): one token request at a time, and when each scope
-        # was last asked for (the scopes renewed together with the one that lapsed).
+        # Everything granted to a credential is keyed by its account (the whole credential,
+        # never the username alone): the challenge a registry sent it, and per (realm,
+        # service, account) one token request at a time and when each scope was last asked
+        # for (the scopes renewed together with the one that lapsed).
+        self._challenges: dict[tuple[str, str], Challenge] = {}
         self._token_locks: dict[tuple[str, str, str], asyncio.Lock] = {}
         self._scopes_used: dict[tuple[str, str, str], dict[str, float]] = {}
         self._http = httpx.AsyncClient(timeout=timeout, transport=transport, follow_redirects=True)
@@ -199,7 +206,6 @@ class RegistryClient:
         """The digest ``reference``'s tracked tag points at now, from its own registry."""
         tracked = reference.tracked()
         host = registry_host(tracked.domain)
-        identity = credentials.identity if credentials else ANONYMOUS
         paused = self.ledger.pause_remaining(host, self.clock())
         if paused > 0:
             raise RegistryThrottled(
@@ -224,7 +230,7 @@ class RegistryClient:
         except RegistryError as error:
             error.reference = str(tracked)
             raise
-        report = self._record_report(response, host, identity)
+        report = self._record_report(response, host, _account(credentials))
         log.debug("resolved", reference=str(tracked), digest=digest, registry=host, via=method)
         return Resolution(tracked, digest, host, report, method)
 
@@ -238,9 +244,9 @@ class RegistryClient:
                 registry=host,
             ) from error
 
-    def _record_report(self, response: httpx.Response, host: str, identity: str) -> RateLimitReport:
+    def _record_report(self, response: httpx.Response, host: str, account: str) -> RateLimitReport:
         report = parse_ratelimit_headers(response.headers)
-        self.ledger.budget(host, identity).record_report(report, self.clock())
+        self.ledger.budget(host, account).record_report(report, self.clock())
         return report
 
     async def _authorized(
@@ -249,7 +255,7 @@ class RegistryClient:
         """Send a manifest request, answering one authentication challenge if it comes."""
         kind = RequestKind(method)
         headers = {"Accept": ", ".join(MANIFEST_MEDIA_TYPES)}
-        known = self._challenges.get(host)
+        known = self._challenges.get((host, _account(credentials)))
         if known is not None:
             headers.update(await self._auth_headers(known, host, scope, credentials))
         response = await self._send(method, url, host, kind, credentials, headers=headers)
@@ -261,7 +267,7 @@ class RegistryClient:
                     "support; use a registry offering Bearer or Basic auth",
                     registry=host,
                 )
-            self._challenges[host] = challenge
+            self._challenges[(host, _account(credentials))] = challenge
             # A token that drew a 401 is no good (expired early, or revoked): fetch afresh once.
             self.tokens.discard(self._token_key(challenge, scope, credentials))
             headers.update(await self._auth_headers(challenge, host, scope, credentials))
@@ -274,7 +280,7 @@ class RegistryClient:
         if credentials is None:
             advice = "add an imagePullSecret with credentials for it to the workload"
         else:
-            advice = f"check the pull secret for {host} (user {credentials.username!r})"
+            advice = f"check the credentials for {host} in pull secret {credentials.identity}"
         return RegistryAuthError(f"{host} refused our credentials (401); {advice}", registry=host)
 
     async def _auth_headers(
@@ -351,8 +357,7 @@ class RegistryClient:
     def _token_key(
         challenge: Challenge, scope: str, credentials: Credentials | None
     ) -> tuple[str, str, str, str]:
-        identity = credentials.identity if credentials else ANONYMOUS
-        return (challenge.realm or "", challenge.service or "", scope, identity)
+        return (challenge.realm or "", challenge.service or "", scope, _account(credentials))
 
     async def _fetch_token(
         self, challenge: Challenge, host: str, scopes: list[str], credentials: Credentials | None
@@ -377,7 +382,7 @@ class RegistryClient:
             raise RegistryAuthError(
                 f"the token service of {host} refused "
                 + (
-                    f"user {credentials.username!r}; fix the pull secret"
+                    f"the credentials of pull secret {credentials.identity}; fix that secret"
                     if credentials
                     else "anonymous access; add an imagePullSecret for it"
                 ),
@@ -414,8 +419,7 @@ class RegistryClient:
         **kwargs: object,
     ) -> httpx.Response:
         """One request with retries on unavailability; every failure leaves as a RegistryError."""
-        identity = credentials.identity if credentials else ANONYMOUS
-        budget = self.ledger.budget(host, identity)
+        budget = self.ledger.budget(host, _account(credentials))
         what = f"{kind} {httpx.URL(url).path}" if kind is not RequestKind.TOKEN else "a token"
         attempt = 0
         while True:
@@ -428,7 +432,7 @@ class RegistryClient:
             error = translate(outcome, registry=host, what=what)
             self._observe(host, kind, outcome, error)
             if isinstance(outcome, httpx.Response) and outcome.status_code == 429:
-                raise self._throttled(outcome, host, identity)
+                raise self._throttled(outcome, host, _account(credentials))
             if error is None:
                 assert isinstance(outcome, httpx.Response)
                 return outcome
@@ -445,9 +449,9 @@ class RegistryClient:
             )
             await asyncio.sleep(delay)
 
-    def _throttled(self, response: httpx.Response, host: str, identity: str) -> RegistryThrottled:
+    def _throttled(self, response: httpx.Response, host: str, account: str) -> RegistryThrottled:
         now = self.clock()
-        self.ledger.budget(host, identity).record_report(
+        self.ledger.budget(host, account).record_report(
             parse_ratelimit_headers(response.headers), now
         )
         until = self.ledger.pause(
