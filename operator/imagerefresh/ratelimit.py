@@ -48,7 +48,16 @@ SOURCE_HEADER = "docker-ratelimit-source"
 # When a registry reports no window of its own, our own request counts roll over hourly.
 DEFAULT_COUNTING_WINDOW = 3600
 
-_QUOTA_RE = re.compile(r"^\s*(?P<count>\d+)\s*(?:;\s*w\s*=\s*(?P<window>\d+)\s*)?(?:;.*)?$")
+# ASCII digits only (a hostile registry's "٣" is not 3), and few enough of them that a count
+# always fits the int64 the policy status is stored as: more digits are malformed, not huge.
+_QUOTA_RE = re.compile(
+    # count[;w=window][;other params] — a w= the window group could not read is malformed.
+    r"^\s*(?P<count>[0-9]{1,15})\s*(?:;\s*w\s*=\s*(?P<window>[0-9]{1,15})\s*)?"
+    r"(?:;(?!\s*w\s*=).*)?$",
+    re.ASCII | re.DOTALL,
+)
+# docker-ratelimit-source is an address or an account id; a longer value is cut, not stored.
+MAX_SOURCE_LENGTH = 128
 
 
 class RequestKind(StrEnum):
@@ -95,7 +104,7 @@ def parse_ratelimit_headers(headers: Mapping[str, str]) -> RateLimitReport:
         quota = _parse_quota(lowered[name])
         if quota is None:
             malformed.append(name)
-            log.warning("malformed rate-limit header", header=name, value=lowered[name])
+            log.warning("malformed rate-limit header", header=name, value=lowered[name][:100])
         else:
             parsed[name] = quota
     limit = parsed.get(LIMIT_HEADER)
@@ -105,7 +114,7 @@ def parse_ratelimit_headers(headers: Mapping[str, str]) -> RateLimitReport:
         limit=limit[0] if limit else None,
         remaining=remaining[0] if remaining else None,
         window_seconds=windows[0] if windows else None,
-        source=lowered.get(SOURCE_HEADER),
+        source=source[:MAX_SOURCE_LENGTH] if (source := lowered.get(SOURCE_HEADER)) else source,
         malformed=tuple(malformed),
     )
 
