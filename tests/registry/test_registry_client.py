@@ -390,3 +390,15 @@ async def test_plain_http_token_realm_is_refused_for_a_tls_registry() -> None:
     async with RegistryClient() as client:
         with pytest.raises(RegistryProtocolError, match="plain-HTTP token service"):
             await client.resolve(parse("tls.example/a:v1"), Credentials("bob", "pw"))
+
+
+@respx.mock
+async def test_a_token_realm_that_is_no_usable_address_is_a_protocol_error() -> None:
+    respx.head("https://odd.example/v2/a/manifests/v1").mock(
+        return_value=httpx.Response(
+            401, headers={"WWW-Authenticate": 'Bearer realm="https://odd.example:port/token"'}
+        )
+    )
+    async with RegistryClient() as client:
+        with pytest.raises(RegistryProtocolError, match="an address that cannot be used"):
+            await client.resolve(parse("odd.example/a:v1"))

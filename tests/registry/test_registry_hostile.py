@@ -22,6 +22,7 @@ from imagerefresh.registry import (
     RegistryProtocolError,
     RegistryThrottled,
     RegistryTimeout,
+    RegistryUnreachable,
 )
 from imagerefresh.registry.client import MAX_RETRY_AFTER, retry_after_seconds
 
@@ -217,6 +218,17 @@ async def test_a_redirect_to_a_plain_http_host_off_the_insecure_list_is_refused(
         with pytest.raises(RegistryProtocolError, match="not listed as insecure"):
             await client.resolve(parse(reference))
     assert [(r.method, r.status) for r in hostile.received] == [("HEAD", 302)]
+
+
+async def test_a_redirect_to_an_unusable_address_is_a_registry_error_never_a_crash(
+    hostile: HostileRegistry, pusher: ImagePusher
+) -> None:
+    hostile.behaviour, hostile.redirect_to = "redirect", "https://127.0.0.1:port"
+    _, reference = pushed_to(pusher, hostile, "hostile/unusable")
+    async with client_for(hostile.host, retries=1) as client:
+        with pytest.raises(RegistryUnreachable, match=r"garbled its answer .*Invalid URL"):
+            await client.resolve(parse(reference))
+    assert [r.status for r in hostile.received] == [302, 302]  # retried once, as unavailable
 
 
 async def test_a_redirect_loop_is_refused_after_three_hops(

@@ -219,6 +219,13 @@ def translate(outcome: Answer | BaseException, *, registry: str, what: str) -> R
             "registry's configuration",
             registry=registry,
         )
+    if isinstance(outcome, httpx.RemoteProtocolError):
+        # A broken answer (a dropped connection, an unusable Location…): retried as unavailable.
+        return RegistryUnreachable(
+            f"{registry} broke off or garbled its answer to {what} ({str(outcome)[:160]}); "
+            "check the registry and any proxy in front of it",
+            registry=registry,
+        )
     if isinstance(outcome, httpx.HTTPError):
         return RegistryUnreachable(
             f"cannot reach {registry} for {what} ({type(outcome).__name__}); check the "
