@@ -74,8 +74,25 @@ def test_unreadable_pull_secrets_are_errors_that_say_recreate(raw: str) -> None:
         parse_docker_config(raw)
 
 
-def test_the_password_never_appears_in_repr_or_str() -> None:
-    creds = Credentials("alice", "hunter2")
-    assert "hunter2" not in repr(creds)
-    assert "hunter2" not in str(creds)
-    assert creds.identity == "alice"
+def test_neither_username_nor_password_appears_in_repr_str_or_identity() -> None:
+    creds = Credentials("alice", "hunter2", "team/regcred")
+    for shown in (repr(creds), str(creds), creds.identity, creds.account):
+        assert "hunter2" not in shown
+        assert "alice" not in shown
+    assert creds.identity == "team/regcred"
+
+
+def test_the_account_is_the_whole_credential_never_the_username_alone() -> None:
+    right = Credentials("alice", "right", "team-a/regcred")
+    assert Credentials("alice", "wrong", "team-a/regcred").account != right.account
+    assert Credentials("alic", "eright").account != Credentials("alice", "right").account
+    # The same credential in another secret is the same account (the registry's budget).
+    assert Credentials("alice", "right", "team-b/other").account == right.account
+
+
+def test_each_credential_carries_the_pull_secret_it_came_from() -> None:
+    parsed = parse_docker_config(
+        config(**{"docker.io": auth("alice", "pw"), "ghcr.io": auth("bob", "pw")}),
+        source="team/regcred",
+    )
+    assert {creds.identity for creds in parsed.values()} == {"team/regcred"}

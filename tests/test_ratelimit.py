@@ -51,7 +51,18 @@ def test_absent_headers_mean_not_limited() -> None:
     assert answer.reason.startswith("not limited")
 
 
-@pytest.mark.parametrize("value", ["lots", "-1;w=60", "", "w=60"])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "lots",
+        "-1;w=60",
+        "",
+        "w=60",
+        "٣;w=60",  # an Arabic-Indic three: a digit to Python, not to the header's grammar
+        "9" * 40 + ";w=60",  # a count no int64 status field can hold
+        "5;w=" + "9" * 40,
+    ],
+)
 def test_malformed_headers_are_counted_and_never_guessed(value: str) -> None:
     report = parse_ratelimit_headers({"ratelimit-limit": "100;w=60", "ratelimit-remaining": value})
     assert report.remaining is None
@@ -63,6 +74,11 @@ def test_malformed_headers_are_counted_and_never_guessed(value: str) -> None:
     assert answer.limited
     assert "could not be read" in answer.reason
     assert budget.malformed_headers == 1
+
+
+def test_a_source_longer_than_any_address_or_account_id_is_cut() -> None:
+    report = parse_ratelimit_headers({"docker-ratelimit-source": "x" * 10_000})
+    assert report.source == "x" * 128
 
 
 def _budget(remaining: int, limit: int = 100, window: int = 21600) -> PullBudget:

@@ -5,10 +5,18 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+import structlog
 
 from imagerefresh.credentials import Credentials
+from imagerefresh.ratelimit import RequestKind
 from imagerefresh.reference import parse
-from imagerefresh.registry import ManifestNotFound, RegistryClient, Resolution
+from imagerefresh.registry import (
+    ManifestNotFound,
+    RegistryAuthError,
+    RegistryClient,
+    RegistryInternalError,
+    Resolution,
+)
 from imagerefresh.resolver import ResolutionKey, SharedResolver, resolve_all
 
 from support.hub_front import HubFront
@@ -44,6 +52,63 @@ async def test_duplicates_share_one_request_and_failures_stay_values(
         if r.kind == "manifest" and r.method == "HEAD" and r.status != 401
     ]
     assert len(authorized_heads) == 5
+
+
+async def test_secrets_sharing_a_username_are_separate_requests_and_the_wrong_one_is_refused(
+    hub_front: HubFront, pusher: ImagePusher
+) -> None:
+    hub_front.users = {"alice": "right"}
+    pushed = pusher.push("fan/tenant", "prod", seed="tenant")
+    reference = parse(f"{hub_front.host}/fan/tenant:prod")
+    right = ResolutionKey.of(reference, Credentials("alice", "right", "team-a/regcred"))
+    wrong = ResolutionKey.of(reference, Credentials("alice", "wrong", "team-b/regcred"))
+    async with RegistryClient(insecure_registries=[hub_front.host]) as client:
+        results = await resolve_all(client, [right, wrong])
+    assert isinstance(results[right], Resolution)
+    assert results[right].digest == pushed.digest
+    assert isinstance(results[wrong], RegistryAuthError)
+    assert "team-b/regcred" in str(results[wrong])
+    tokens = sorted((r.identity, r.status) for r in hub_front.served if r.kind == "token")
+    assert tokens == [("?", 401), ("alice", 200)]
+    served = [r for r in hub_front.served if r.kind == "manifest" and r.status == 200]
+    assert [r.identity for r in served] == ["alice"]  # one manifest answer: the right one's
+
+
+async def test_an_unexpected_failure_resolving_one_reference_never_fails_another(
+    registry: str, hub_front: HubFront, pusher: ImagePusher
+) -> None:
+    """Whatever one resolution raises is that reference's outcome alone, logged.
+
+    The fault is a request observer (the metrics module's seam) that breaks on one registry:
+    an exception the client does not foresee, raised from inside a real resolution.
+    """
+    pushed = {name: pusher.push(f"isolated/{name}", "prod", seed=name) for name in ("a", "b")}
+
+    def observer(host: str, kind: RequestKind, outcome: str) -> None:
+        if host == hub_front.host:
+            raise RuntimeError("observer broke")
+
+    broken = [ResolutionKey.of(parse(f"{hub_front.host}/isolated/{n}:prod")) for n in ("a", "b")]
+    healthy = [ResolutionKey.of(parse(f"{registry}/isolated/{n}:prod")) for n in ("a", "b")]
+    async with RegistryClient(
+        insecure_registries=[registry, hub_front.host], observer=observer
+    ) as client:
+        with structlog.testing.capture_logs() as logs:
+            results = await resolve_all(client, [*broken, *healthy])
+    for key in healthy:
+        outcome = results[key]
+        assert isinstance(outcome, Resolution)
+        assert outcome.digest == pushed[key.reference.path.split("/")[-1]].digest
+    for key in broken:
+        outcome = results[key]
+        assert isinstance(outcome, RegistryInternalError)
+        assert outcome.reference == str(key.reference)
+        assert f"resolving {key.reference} failed unexpectedly (RuntimeError)" in str(outcome)
+        assert "other references are unaffected" in str(outcome)
+    logged = [entry for entry in logs if entry["log_level"] == "error"]
+    assert sorted(entry["reference"] for entry in logged) == sorted(
+        str(k.reference) for k in broken
+    )
 
 
 async def test_concurrency_per_registry_is_bounded(

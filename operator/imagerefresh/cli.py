@@ -35,7 +35,7 @@ from imagerefresh.metrics import Metrics
 from imagerefresh.planner import NamespacePolicy, Plan
 from imagerefresh.ratelimit import RateLimitLedger
 from imagerefresh.reference import InvalidReference, parse
-from imagerefresh.registry import RegistryClient, RegistryError, Resolution
+from imagerefresh.registry import DEFAULT_DEADLINE, RegistryClient, RegistryError, Resolution
 from imagerefresh.resolver import SharedResolver
 from imagerefresh.runtime.config import OperatorConfig, parse_namespace_pairs
 from imagerefresh.runtime.events import EventRecorder
@@ -71,7 +71,7 @@ def _load_credentials(docker_config: Path | None, domain: str) -> Credentials | 
     if docker_config is None:
         return None
     try:
-        config = parse_docker_config(docker_config.read_bytes())
+        config = parse_docker_config(docker_config.read_bytes(), source=str(docker_config))
     except (OSError, InvalidDockerConfig) as error:
         raise click.ClickException(f"cannot read {docker_config}: {error}") from error
     return credentials_for(domain, [config])
@@ -141,13 +141,21 @@ def main(log_level: str, log_format: LogFormat) -> None:
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="A .dockerconfigjson file with credentials for the registry.",
 )
-@click.option("--timeout", default=10.0, show_default=True, help="Seconds per request.")
+@click.option("--timeout", default=10.0, show_default=True, help="Seconds per read.")
+@click.option(
+    "--deadline",
+    default=DEFAULT_DEADLINE,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds the whole resolution may take, retries included.",
+)
 def resolve(
     reference: str,
     as_json: bool,
     insecure_registries: list[str],
     docker_config: Path | None,
     timeout: float,
+    deadline: float,
 ) -> None:
     """Print the digest REFERENCE's tag points at, and the registry's rate-limit report."""
     try:
@@ -158,7 +166,7 @@ def resolve(
 
     async def run() -> Resolution:
         async with RegistryClient(
-            insecure_registries=insecure_registries, timeout=timeout
+            insecure_registries=insecure_registries, timeout=timeout, deadline=deadline
         ) as client:
             return await client.resolve(ref, credentials)
 
@@ -192,6 +200,7 @@ def _runtime_parts(
         insecure_registries=insecure_registries,
         ledger=ledger,
         timeout=config.registry_timeout,
+        deadline=config.registry_deadline,
         observer=metrics.registry_request,
     )
     resolver = SharedResolver(
@@ -233,6 +242,13 @@ allow_option = click.option(
     help="Seconds a registry answer is shared across policies.",
 )
 @click.option(
+    "--registry-deadline",
+    default=DEFAULT_DEADLINE,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds one registry resolution may take in all (token, manifest, retries).",
+)
+@click.option(
     "--peering",
     "peering_name",
     default=None,
@@ -259,6 +275,7 @@ def run(
     insecure_registries: list[str],
     namespace_pairs: tuple[str, ...],
     resolution_window: float,
+    registry_deadline: float,
     peering_name: str | None,
     standalone: bool,
     priority: int,
@@ -286,6 +303,7 @@ def run(
         insecure_registries=tuple(insecure_registries),
         namespaces=NamespacePolicy(pairs),
         resolution_window=resolution_window,
+        registry_deadline=registry_deadline,
     )
     metrics = Metrics()
     metrics.serve(metrics_port, bind_address)

@@ -2,7 +2,9 @@
 
 The :class:`Metrics` object is created by ``imagerefresh run`` (never at import time) and
 passed to what records into it; tests make their own. Per-target gauges are keyed by
-(namespace, policy, kind, target) so an alert can name the workload.
+(namespace, policy, kind, target) so an alert can name the workload. Rate-limit gauges are
+keyed by (registry, identity), the identity being the account's pull secret
+(``namespace/name``) or ``anonymous`` — never a username.
 
 A series lives only as long as what it describes (SPEC §6): a deleted policy's series are
 removed (:meth:`Metrics.forget_policy`), and each status recorded removes the series of the
@@ -39,13 +41,13 @@ class Metrics:
         )
         self.ratelimit_limit = Gauge(
             "imagerefresh_ratelimit_limit",
-            "Pull limit the registry reports",
+            "Pull limit the registry reports, per account (identity: pull secret or anonymous)",
             ["registry", "identity"],
             registry=r,
         )
         self.ratelimit_remaining = Gauge(
             "imagerefresh_ratelimit_remaining",
-            "Pulls left as the registry reports",
+            "Pulls left as the registry reports, per account (identity: pull secret or anonymous)",
             ["registry", "identity"],
             registry=r,
         )

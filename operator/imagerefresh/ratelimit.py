@@ -3,9 +3,12 @@
 Docker Hub reports its pull budget on every manifest response (``ratelimit-limit: 100;w=21600``,
 ``ratelimit-remaining: 76;w=21600``, ``docker-ratelimit-source: <ip or user id>``) and counts
 only manifest GETs as pulls — HEADs are free. The replaced CronJob did this arithmetic by hand in
-a comment; here it is a ledger with one :class:`PullBudget` per (registry, identity), fed by the
+a comment; here it is a ledger with one :class:`PullBudget` per (registry, account), fed by the
 registry client and asked by the planner: *can I afford N more pulls and still leave R for the
-kubelet?*
+kubelet?* The registry's limit is per account, so the budget is too: keyed by
+:attr:`~imagerefresh.credentials.Credentials.account` (the whole credential, never the username
+alone) or ``anonymous``. A snapshot carries the name status shows (the pull secret), never
+the account key.
 
 A registry that sends no rate-limit headers reports no limit for that identity (Docker Hub
 documents exactly this for unlimited accounts, and most private registries never send them):
@@ -22,7 +25,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 import structlog
@@ -45,7 +48,16 @@ SOURCE_HEADER = "docker-ratelimit-source"
 # When a registry reports no window of its own, our own request counts roll over hourly.
 DEFAULT_COUNTING_WINDOW = 3600
 
-_QUOTA_RE = re.compile(r"^\s*(?P<count>\d+)\s*(?:;\s*w\s*=\s*(?P<window>\d+)\s*)?(?:;.*)?$")
+# ASCII digits only (a hostile registry's "٣" is not 3), and few enough of them that a count
+# always fits the int64 the policy status is stored as: more digits are malformed, not huge.
+_QUOTA_RE = re.compile(
+    # count[;w=window][;other params] — a w= the window group could not read is malformed.
+    r"^\s*(?P<count>[0-9]{1,15})\s*(?:;\s*w\s*=\s*(?P<window>[0-9]{1,15})\s*)?"
+    r"(?:;(?!\s*w\s*=).*)?$",
+    re.ASCII | re.DOTALL,
+)
+# docker-ratelimit-source is an address or an account id; a longer value is cut, not stored.
+MAX_SOURCE_LENGTH = 128
 
 
 class RequestKind(StrEnum):
@@ -92,7 +104,7 @@ def parse_ratelimit_headers(headers: Mapping[str, str]) -> RateLimitReport:
         quota = _parse_quota(lowered[name])
         if quota is None:
             malformed.append(name)
-            log.warning("malformed rate-limit header", header=name, value=lowered[name])
+            log.warning("malformed rate-limit header", header=name, value=lowered[name][:100])
         else:
             parsed[name] = quota
     limit = parsed.get(LIMIT_HEADER)
@@ -102,7 +114,7 @@ def parse_ratelimit_headers(headers: Mapping[str, str]) -> RateLimitReport:
         limit=limit[0] if limit else None,
         remaining=remaining[0] if remaining else None,
         window_seconds=windows[0] if windows else None,
-        source=lowered.get(SOURCE_HEADER),
+        source=source[:MAX_SOURCE_LENGTH] if (source := lowered.get(SOURCE_HEADER)) else source,
         malformed=tuple(malformed),
     )
 
@@ -215,7 +227,7 @@ class BudgetSnapshot:
 
 @dataclass(slots=True)
 class RateLimitLedger:
-    """Every budget the operator knows, keyed by (registry host, identity)."""
+    """Every budget the operator knows, keyed by (registry host, account)."""
 
     budgets: dict[tuple[str, str], PullBudget] = field(default_factory=dict)
     paused_until: dict[str, float] = field(default_factory=dict)
@@ -242,12 +254,19 @@ class RateLimitLedger:
         """Whether ``identity`` may spend ``pulls`` more at ``registry`` and keep ``reserve``."""
         return self.snapshot(registry, identity, now).can_afford(pulls, reserve)
 
-    def snapshot(self, registry: str, identity: str, now: float) -> BudgetSnapshot:
-        """The budget of ``identity`` at ``registry`` as of ``now``, pause included."""
+    def snapshot(
+        self, registry: str, identity: str, now: float, *, label: str | None = None
+    ) -> BudgetSnapshot:
+        """The budget of ``identity`` at ``registry`` as of ``now``, pause included.
+
+        ``label`` is how the snapshot names the account (the pull secret) when the budget is
+        keyed by an account key that must not be shown.
+        """
         paused = self.pause_remaining(registry, now)
         blocked = (
             f"{registry} answered 429 Too Many Requests; paused for {paused:.0f}s more"
             if paused > 0
             else None
         )
-        return self.budget(registry, identity).snapshot(now, blocked)
+        snapshot = self.budget(registry, identity).snapshot(now, blocked)
+        return snapshot if label is None else replace(snapshot, identity=label)

@@ -6,7 +6,9 @@ registries concurrently — bounded per registry host so that many targets never
 registry — and remembers each answer for a short window, so that all policies ticking within
 that window share it (and an in-flight request is joined, never repeated). Failures are values
 in the result, not exceptions: one unreadable reference blocks only the containers that needed
-it.
+it — whatever it raised. A registry error is the outcome as it is; anything else (a bug no
+hostile answer should be able to reach, but if it does) becomes a
+:class:`~imagerefresh.registry.RegistryInternalError` for that reference alone, and is logged.
 """
 
 from __future__ import annotations
@@ -16,9 +18,11 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+import structlog
+
 from imagerefresh.credentials import Credentials
 from imagerefresh.reference import ImageReference, registry_host
-from imagerefresh.registry import RegistryClient, RegistryError, Resolution
+from imagerefresh.registry import RegistryClient, RegistryError, RegistryInternalError, Resolution
 
 __all__ = [
     "DEFAULT_CONCURRENCY_PER_REGISTRY",
@@ -27,6 +31,8 @@ __all__ = [
     "SharedResolver",
     "resolve_all",
 ]
+
+log = structlog.get_logger(__name__)
 
 DEFAULT_CONCURRENCY_PER_REGISTRY = 4
 
@@ -71,6 +77,16 @@ class SharedResolver:
                 return await self.client.resolve(key.reference, key.credentials)
             except RegistryError as error:
                 return error
+            except Exception as error:  # the last line: one reference, one outcome
+                reference = str(key.reference)
+                log.exception("resolving a reference failed unexpectedly", reference=reference)
+                return RegistryInternalError(
+                    f"resolving {reference} failed unexpectedly ({type(error).__name__}); this "
+                    "is a bug in imagerefresh — report it with the operator's log. Nothing is "
+                    "pinned on it; other references are unaffected",
+                    registry=host,
+                    reference=reference,
+                )
 
     def _task(self, key: ResolutionKey, now: float) -> asyncio.Task[ResolutionOutcome]:
         recent = self._recent.get(key)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from support.hostile_registry import HostileRegistry
 from support.registry_env import ImagePusher, free_port
 
 pytestmark = pytest.mark.registry
@@ -53,6 +54,23 @@ def test_resolve_failure_exits_nonzero_with_one_line(registry: str) -> None:
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1
     assert lines[0].startswith(f"error: cannot reach {host}")
+
+
+def test_resolve_gives_up_at_its_deadline_on_a_registry_dripping_its_answer(
+    hostile: HostileRegistry, pusher: ImagePusher
+) -> None:
+    hostile.behaviour = "drip-head"
+    pusher.push("cli/drip", "prod", seed="drip")
+    reference = f"{hostile.host}/cli/drip:prod"
+    result = run(
+        "resolve", "--insecure-registry", hostile.host, "--deadline", "1", "--timeout", "30",
+        reference,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert result.stdout == ""
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"error: {hostile.host} did not finish resolving {reference}")
+    assert "within the 1s deadline" in line
 
 
 def test_resolve_rejects_an_invalid_reference_with_the_reason() -> None:

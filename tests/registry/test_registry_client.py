@@ -205,17 +205,51 @@ async def test_429_pauses_the_registry_and_says_until_when(
         await client.resolve(parse(ref_at(hub_front, "hub/limited")))
 
 
-async def test_credentials_go_to_the_token_service_and_key_the_budget(
+async def test_credentials_go_to_the_token_service_and_key_the_budget_by_account(
     hub_front: HubFront, pusher: ImagePusher
 ) -> None:
     hub_front.users = {"alice": "s3cret"}
     pusher.push("hub/private", "prod", seed="p")
+    credentials = Credentials("alice", "s3cret", "team/regcred")
     async with client_for(hub_front.host) as client:
-        await client.resolve(
-            parse(ref_at(hub_front, "hub/private")), Credentials("alice", "s3cret")
-        )
-        assert client.ledger.budget(hub_front.host, "alice").report is not None
+        await client.resolve(parse(ref_at(hub_front, "hub/private")), credentials)
+        assert client.ledger.budget(hub_front.host, credentials.account).report is not None
+        # The ledger knows the account by its key alone: never by the username.
+        assert {account for _, account in client.ledger.budgets} == {credentials.account}
+        assert "alice" not in credentials.account
     assert {r.identity for r in hub_front.served if r.kind == "token"} == {"alice"}
+
+
+async def test_a_wrong_password_never_reuses_the_token_issued_to_the_right_one(
+    hub_front: HubFront, pusher: ImagePusher
+) -> None:
+    """Two pull secrets with one username: the wrong password is refused by the registry
+    itself, however recently the right one was granted a token for the same scope."""
+    hub_front.users = {"alice": "right"}
+    pushed = pusher.push("hub/tenant", "prod", seed="t")
+    right = Credentials("alice", "right", "team-a/regcred")
+    wrong = Credentials("alice", "wrong", "team-b/regcred")
+    reference = parse(ref_at(hub_front, "hub/tenant"))
+    async with client_for(hub_front.host) as client:
+        assert (await client.resolve(reference, right)).digest == pushed.digest
+        mark = len(hub_front.served)
+        with pytest.raises(RegistryAuthError, match="pull secret team-b/regcred") as caught:
+            await client.resolve(reference, wrong)
+        assert (await client.resolve(reference, right)).digest == pushed.digest
+    # The wrong credentials met the challenge and the token service's refusal; no manifest
+    # was ever served to them.
+    wrong_requests, right_again = hub_front.served[mark:-1], hub_front.served[-1]
+    assert [(r.kind, r.status, r.identity) for r in wrong_requests] == [
+        ("manifest", 401, "?"),
+        ("token", 401, "?"),
+    ]
+    assert (right_again.kind, right_again.status, right_again.identity) == (
+        "manifest",
+        200,
+        "alice",
+    )
+    for secret in ("alice", "wrong", "right"):
+        assert secret not in str(caught.value)
 
 
 async def test_a_registry_off_the_insecure_list_is_spoken_to_over_https(
@@ -276,11 +310,14 @@ async def test_bad_credentials_are_refused_with_advice(
     hub_front.users = {"alice": "s3cret"}
     pusher.push("hub/auth", "prod", seed="a")
     async with client_for(hub_front.host) as client:
-        with pytest.raises(RegistryAuthError, match="user 'alice'; fix the pull secret") as caught:
+        with pytest.raises(
+            RegistryAuthError, match="pull secret team/regcred; fix that secret"
+        ) as caught:
             await client.resolve(
-                parse(ref_at(hub_front, "hub/auth")), Credentials("alice", "wrong")
+                parse(ref_at(hub_front, "hub/auth")), Credentials("alice", "wrong", "team/regcred")
             )
         assert "wrong" not in str(caught.value)
+        assert "alice" not in str(caught.value)
         assert len(client.tokens) == 0
 
 
@@ -353,3 +390,15 @@ async def test_plain_http_token_realm_is_refused_for_a_tls_registry() -> None:
     async with RegistryClient() as client:
         with pytest.raises(RegistryProtocolError, match="plain-HTTP token service"):
             await client.resolve(parse("tls.example/a:v1"), Credentials("bob", "pw"))
+
+
+@respx.mock
+async def test_a_token_realm_that_is_no_usable_address_is_a_protocol_error() -> None:
+    respx.head("https://odd.example/v2/a/manifests/v1").mock(
+        return_value=httpx.Response(
+            401, headers={"WWW-Authenticate": 'Bearer realm="https://odd.example:port/token"'}
+        )
+    )
+    async with RegistryClient() as client:
+        with pytest.raises(RegistryProtocolError, match="an address that cannot be used"):
+            await client.resolve(parse("odd.example/a:v1"))

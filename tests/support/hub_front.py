@@ -5,11 +5,13 @@ registry and adds what Docker Hub does around it:
 
 * every ``/v2/`` request without a valid Bearer token is answered 401 with
   ``WWW-Authenticate: Bearer realm="<front>/token",service="registry.test",scope=…``;
-* ``/token`` issues tokens (anonymous, or for the configured users with Basic auth) with an
+* ``/token`` issues tokens (anonymous, or for the configured users with Basic auth — the
+  password is checked: a wrong one is answered 401, as Docker Hub does) with an
   ``expires_in`` lifetime, for every ``scope`` parameter of the request (as Docker Hub does;
   ``single_scope_tokens`` refuses requests naming several, as a stricter token service may);
 * manifest responses carry ``ratelimit-limit`` / ``ratelimit-remaining`` (``N;w=SECONDS``) and
-  ``docker-ratelimit-source``; only manifest GETs lower the remaining count (HEADs are free);
+  ``docker-ratelimit-source`` (the client's address, or an opaque id of the user — Docker Hub
+  sends a user id, never the name); only manifest GETs lower the remaining count (HEADs are free);
 * at zero remaining, manifest requests get Docker Hub's JSON 429 with ``Retry-After``.
 
 It records every request it served, so tests assert what the registry actually received.
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import json
 import secrets
 import threading
@@ -31,9 +34,14 @@ from dataclasses import dataclass, field
 import httpx
 from aiohttp import web
 
-__all__ = ["HubFront", "ServedRequest"]
+__all__ = ["HubFront", "ServedRequest", "user_id"]
 
 SERVICE = "registry.test"
+
+
+def user_id(user: str) -> str:
+    """The opaque id the front reports for ``user`` (Docker Hub reports a UUID, not the name)."""
+    return hashlib.sha256(user.encode()).hexdigest()[:32]
 
 
 @dataclass(frozen=True)
@@ -186,7 +194,9 @@ class HubFront:
         return {
             "ratelimit-limit": f"{self.limit};w={self.window_seconds}",
             "ratelimit-remaining": f"{max(left, 0)};w={self.window_seconds}",
-            "docker-ratelimit-source": "127.0.0.1" if identity == "anonymous" else identity,
+            "docker-ratelimit-source": "127.0.0.1"
+            if identity == "anonymous"
+            else user_id(identity),
         }
 
     async def _registry(self, request: web.Request) -> web.StreamResponse:

@@ -9,6 +9,8 @@ until the operator's own tick counter (its Prometheus metrics) has moved past it
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import re
 import secrets
@@ -260,3 +262,19 @@ def deployment_with_policy(
         },
         namespace=namespace,
     )
+
+
+def pull_secret(name: str, auths: dict[str, tuple[str, str]]) -> dict[str, Any]:
+    """A ``kubernetes.io/dockerconfigjson`` Secret: registry → (username, password)."""
+    entries = {
+        server: {"auth": base64.b64encode(f"{user}:{password}".encode()).decode()}
+        for server, (user, password) in auths.items()
+    }
+    config = json.dumps({"auths": entries}).encode()
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name},
+        "type": "kubernetes.io/dockerconfigjson",
+        "data": {".dockerconfigjson": base64.b64encode(config).decode()},
+    }

@@ -24,6 +24,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from support.hostile_registry import HostileRegistry
 from support.hub_front import HubFront
 
 __all__ = ["ImagePusher", "PushedImage", "RegistryServer", "free_port"]
@@ -228,5 +229,13 @@ def pusher(registry: str) -> Iterator[ImagePusher]:
 def hub_front(registry: str) -> Iterator[HubFront]:
     """A fresh Docker-Hub-like front (tokens, rate limits, counters) before the registry."""
     front = HubFront(registry).start()
+    yield front
+    front.stop()
+
+
+@pytest.fixture
+def hostile(registry: str) -> Iterator[HostileRegistry]:
+    """A plain-HTTP front before the registry that misbehaves as its ``behaviour`` says."""
+    front = HostileRegistry(registry).start()
     yield front
     front.stop()

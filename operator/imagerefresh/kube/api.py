@@ -272,6 +272,9 @@ class KubeApi:
     ) -> list[dict[str, Credentials]]:
         """The docker configs the kubelet will try for pods of ``pod_spec``, in its order.
 
+        Each credential carries its secret's ``namespace/name`` (:attr:`Credentials.source`):
+        that, never the username, is how status and metrics name the account.
+
         A pod gets its template's ``imagePullSecrets``; only when it has none does the
         ServiceAccount admission plugin give it those of its ServiceAccount (``default``
         unless named) — so this reads exactly one of the two lists, as the pod will have it.
@@ -346,7 +349,9 @@ class KubeApi:
             )
             return None
         try:
-            return parse_docker_config(base64.b64decode(encoded, validate=True))
+            return parse_docker_config(
+                base64.b64decode(encoded, validate=True), source=f"{namespace}/{name}"
+            )
         except (binascii.Error, InvalidDockerConfig) as error:
             # The kubelet fails the pull on such a secret, so must we: never guess an identity.
             raise KubeError(

@@ -2,11 +2,13 @@
 
 :class:`RegistryClient` resolves one reference; :mod:`imagerefresh.resolver` fans many out with
 one request per unique (reference, credentials). Every failure is a
-:class:`~imagerefresh.registry.errors.RegistryError`.
+:class:`~imagerefresh.registry.errors.RegistryError`, at the latest when a resolution's total
+deadline passes.
 """
 
 from imagerefresh.reference import registry_host
 from imagerefresh.registry.client import (
+    DEFAULT_DEADLINE,
     MANIFEST_MEDIA_TYPES,
     RegistryClient,
     RequestObserver,
@@ -16,6 +18,7 @@ from imagerefresh.registry.errors import (
     ManifestNotFound,
     RegistryAuthError,
     RegistryError,
+    RegistryInternalError,
     RegistryProtocolError,
     RegistryServerError,
     RegistryThrottled,
@@ -25,11 +28,13 @@ from imagerefresh.registry.errors import (
 )
 
 __all__ = [
+    "DEFAULT_DEADLINE",
     "MANIFEST_MEDIA_TYPES",
     "ManifestNotFound",
     "RegistryAuthError",
     "RegistryClient",
     "RegistryError",
+    "RegistryInternalError",
     "RegistryProtocolError",
     "RegistryServerError",
     "RegistryThrottled",

@@ -3,9 +3,12 @@
 The distribution token flow: a request answered 401 with ``Bearer realm=…,service=…`` is
 repeated with a token fetched from ``realm`` for ``service`` and ``repository:<path>:pull``;
 a ``Basic`` challenge takes the credentials on the request itself. Tokens are cached per
-(realm, service, scope, identity) until shortly before they expire, and the challenge is kept
-per registry so that a fresh token is fetched *before* the next request instead of after a
-wasted 401 — in steady state a resolution costs one HEAD, plus one token request per lifetime.
+(realm, service, scope, account) until shortly before they expire — the account is the whole
+credential (:attr:`~imagerefresh.credentials.Credentials.account`), never the username alone,
+so wrong credentials never reuse a token issued to right ones — and the challenge is kept per
+(registry, account) so that a fresh token is fetched *before* the next request instead of
+after a wasted 401 — in steady state a resolution costs one HEAD, plus one token request per
+lifetime.
 Scopes whose tokens lapsed together are renewed together, in one token request naming them all.
 """
 
@@ -53,7 +56,7 @@ class _Entry:
 
 
 class TokenCache:
-    """Bearer tokens by (realm, service, scope, identity), valid until they expire."""
+    """Bearer tokens by (realm, service, scope, account), valid until they expire."""
 
     def __init__(self) -> None:
         self._entries: dict[tuple[str, str, str, str], _Entry] = {}

@@ -8,12 +8,16 @@ ever carries a credential or a token.
 ``RegistryError``
   ├─ ``RegistryUnavailable``   — could not get an answer: retried with backoff
   │    ├─ ``RegistryUnreachable`` (connection refused, DNS, TLS)
-  │    ├─ ``RegistryTimeout``
+  │    ├─ ``RegistryTimeout`` (a read timed out, or the resolution's total deadline passed)
   │    └─ ``RegistryServerError`` (5xx)
   ├─ ``RegistryThrottled``     — 429; the registry is paused until ``retry_at``
   ├─ ``RegistryAuthError``     — credentials missing or refused (401/403)
   ├─ ``ManifestNotFound``      — the repository or tag does not exist (404)
-  └─ ``RegistryProtocolError`` — an answer we cannot trust (malformed digest, bad token JSON…)
+  ├─ ``RegistryProtocolError`` — an answer we cannot trust (malformed digest, bad token JSON,
+  │                              a body over its cap, a compressed body, a redirect off HTTPS,
+  │                              a 2xx other than 200, a GET fallback that is no manifest…)
+  └─ ``RegistryInternalError`` — resolving failed in a way nobody foresaw (a bug): the
+                                 resolver's last line, so one reference never fails another
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ __all__ = [
     "ManifestNotFound",
     "RegistryAuthError",
     "RegistryError",
+    "RegistryInternalError",
     "RegistryProtocolError",
     "RegistryServerError",
     "RegistryThrottled",
@@ -81,3 +86,7 @@ class ManifestNotFound(RegistryError):
 
 class RegistryProtocolError(RegistryError):
     """The registry answered something we cannot trust."""
+
+
+class RegistryInternalError(RegistryError):
+    """Resolving one reference raised something unforeseen; only that reference is affected."""

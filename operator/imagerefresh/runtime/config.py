@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from imagerefresh.planner import NamespacePolicy
+from imagerefresh.registry import DEFAULT_DEADLINE
 
 __all__ = ["OperatorConfig", "parse_namespace_pairs"]
 
@@ -34,7 +35,10 @@ class OperatorConfig:
     # Policies ticking within this many seconds of each other share one registry request
     # per unique reference and credentials.
     resolution_window: float = 10.0
-    registry_timeout: float = 10.0
+    registry_timeout: float = 10.0  # per read
+    # A whole resolution (token, HEAD, GET fallback, retries) ends by then: a registry that
+    # drips its answer holds a tick slot this long at most.
+    registry_deadline: float = DEFAULT_DEADLINE
     concurrency_per_registry: int = 4
     # Kubernetes requests run on this many threads (the official client is sync), each with its
     # own connection; one tick's reads use at most this many at once.

@@ -222,6 +222,30 @@ def _evidence(
     return TargetEvidence(read.parsed, None, read.pods, digests, identities)
 
 
+def _identities(
+    chosen: Mapping[tuple[TargetKey, str], Credentials | None],
+) -> tuple[dict[TargetKey, dict[str, str]], dict[tuple[str, str], str]]:
+    """Each target's account per registry host, named by its pull secret (or ``anonymous``),
+    and the ledger's account key behind each (host, name).
+
+    The name is the pull secret's ``namespace/name``, never a username. Budgets are per
+    account, so pull secrets holding the same credential share one name (the first in order)
+    and the planner spends one budget for them, not one each.
+    """
+    names: dict[tuple[str, str], str] = {}
+    for (_, host), credentials in chosen.items():
+        account, name = (
+            (credentials.account, credentials.identity) if credentials else (ANONYMOUS, ANONYMOUS)
+        )
+        names[(host, account)] = min(name, names.get((host, account), name))
+    identities: dict[TargetKey, dict[str, str]] = {}
+    for (key, host), credentials in chosen.items():
+        account = credentials.account if credentials else ANONYMOUS
+        identities.setdefault(key, {})[host] = names[(host, account)]
+    accounts = {(host, name): account for (host, account), name in names.items()}
+    return identities, accounts
+
+
 async def gather(
     policy: Mapping[str, Any],
     *,
@@ -244,7 +268,7 @@ async def gather(
     reads = await _read_all(api, reachable, config.kube_concurrency)
 
     wanted: dict[tuple[TargetKey, str], ResolutionKey] = {}
-    identities: dict[TargetKey, dict[str, str]] = {}
+    chosen: dict[tuple[TargetKey, str], Credentials | None] = {}
     for index, target in enumerate(spec.targets):
         key = keys[index]
         read = reads.get(key)
@@ -253,10 +277,10 @@ async def gather(
         for container in target.containers:
             domain = container.tracked.domain
             credentials = credentials_for(domain, read.secrets)
-            identity = credentials.identity if credentials else ANONYMOUS
-            identities.setdefault(key, {})[registry_host(domain)] = identity
+            chosen[(key, registry_host(domain))] = credentials
             if container.digest is None:
                 wanted[(key, container.name)] = ResolutionKey.of(container.tracked, credentials)
+    identities, accounts = _identities(chosen)
     outcomes = await resolver.resolve(wanted.values())
 
     digests: dict[TargetKey, dict[str, DigestOutcome]] = {}
@@ -268,10 +292,10 @@ async def gather(
             else Resolved(outcome.digest)
         )
     wall = time.time()
-    budgets: dict[tuple[str, str], BudgetSnapshot] = {}
-    for per_target in identities.values():
-        for host, identity in per_target.items():
-            budgets[(host, identity)] = ledger.snapshot(host, identity, wall)
+    budgets: dict[tuple[str, str], BudgetSnapshot] = {
+        (host, name): ledger.snapshot(host, account, wall, label=name)
+        for (host, name), account in accounts.items()
+    }
     evidence = {
         key: _evidence(read, digests.get(key, {}), identities.get(key, {}))
         for key, read in reads.items()
