@@ -161,3 +161,33 @@ async def test_a_pull_secret_the_charts_rbac_does_not_name_is_error_naming_the_c
     assert target.phase is Phase.ERROR
     assert f"add 'hub' to the chart value {PULL_SECRETS_VALUE}" in target.message
     assert "regcred" not in target.message
+
+
+async def test_a_container_running_another_repository_never_reaches_its_registry(
+    crd_installed: Cluster, registry: str, policy_namespace: str
+) -> None:
+    cluster, ns = crd_installed, policy_namespace
+    deployment_with_policy(
+        cluster, ns, f"{registry}/{ns}/other:prod", tracked=f"{registry}/{ns}/app:prod"
+    )
+    api = KubeApi.from_environment(cluster.kubeconfig)
+    policy = api.read_policy(ns, "control-plane")
+    assert policy is not None
+    sent: list[tuple[str, str, str]] = []
+    ledger = RateLimitLedger()
+    async with RegistryClient(
+        insecure_registries=[registry],
+        ledger=ledger,
+        observer=lambda host, kind, outcome: sent.append((host, str(kind), outcome)),
+    ) as client:
+        gathered = await gather(
+            policy,
+            api=api,
+            resolver=SharedResolver(client),
+            ledger=ledger,
+            config=OperatorConfig(insecure_registries=(registry,)),
+            now=datetime.now(UTC),
+        )
+    assert sent == []  # a Conflict is never patched: its registry is not asked
+    plan = plan_tick(gathered.tick)
+    assert plan.status.targets[0].phase is Phase.CONFLICT

@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from imagerefresh.credentials import ANONYMOUS, Credentials, credentials_for
 from imagerefresh.kube.api import KubeApi, ReadCache
 from imagerefresh.kube.errors import KubeError
-from imagerefresh.models import PolicySpec, PolicyStatus
+from imagerefresh.models import ContainerSpec, PolicySpec, PolicyStatus
 from imagerefresh.planner import (
     DigestOutcome,
     ObservedPod,
@@ -35,7 +35,7 @@ from imagerefresh.planner import (
     Workload,
 )
 from imagerefresh.ratelimit import BudgetSnapshot, RateLimitLedger
-from imagerefresh.reference import registry_host
+from imagerefresh.reference import InvalidReference, parse, registry_host
 from imagerefresh.resolver import ResolutionKey, SharedResolver
 from imagerefresh.runtime.config import OperatorConfig
 
@@ -246,6 +246,18 @@ def _identities(
     return identities, accounts
 
 
+def _runs_tracked(workload: Workload | None, container: ContainerSpec) -> bool:
+    """Whether the live container runs the tracked repository: only then is its registry
+    asked (a Conflict is never patched, so its tag is nobody's business — SPEC §5)."""
+    live = workload.containers.get(container.name) if workload is not None else None
+    if live is None:
+        return False
+    try:
+        return parse(live.image).repository == container.tracked.repository
+    except InvalidReference:
+        return False
+
+
 async def gather(
     policy: Mapping[str, Any],
     *,
@@ -278,7 +290,7 @@ async def gather(
             domain = container.tracked.domain
             credentials = credentials_for(domain, read.secrets)
             chosen[(key, registry_host(domain))] = credentials
-            if container.digest is None:
+            if container.digest is None and _runs_tracked(read.parsed, container):
                 wanted[(key, container.name)] = ResolutionKey.of(container.tracked, credentials)
     identities, accounts = _identities(chosen)
     outcomes = await resolver.resolve(wanted.values())
