@@ -27,21 +27,9 @@ from imagerefresh.registry import (
 )
 
 from support.hub_front import HubFront
-from support.registry_env import ImagePusher, free_port
+from support.registry_env import FakeClock, ImagePusher, client_for, free_port
 
 pytestmark = pytest.mark.registry
-
-
-class FakeClock:
-    def __init__(self, start: float = 1_800_000_000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def client_for(*hosts: str, **kwargs: object) -> RegistryClient:
-    return RegistryClient(insecure_registries=hosts, backoff=0.01, **kwargs)  # type: ignore[arg-type]
 
 
 def ref_at(front_or_host: HubFront | str, path: str, tag: str = "prod") -> str:

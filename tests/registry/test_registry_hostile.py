@@ -29,7 +29,7 @@ from imagerefresh.registry.client import MAX_RETRY_AFTER, retry_after_seconds
 from support.cluster_env import eventually
 from support.hostile_registry import HostileRegistry, tls_contexts
 from support.hub_front import HubFront
-from support.registry_env import ImagePusher, PushedImage
+from support.registry_env import FakeClock, ImagePusher, PushedImage, client_for
 
 pytestmark = pytest.mark.registry
 
@@ -37,18 +37,6 @@ pytestmark = pytest.mark.registry
 # the total deadline can end a dripped answer), a drip far longer than the deadline.
 READ_TIMEOUT = 10.0
 DEADLINE = 1.0
-
-
-class FakeClock:
-    def __init__(self, start: float = 1_800_000_000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def client_for(*hosts: str, **kwargs: object) -> RegistryClient:
-    return RegistryClient(insecure_registries=hosts, backoff=0.01, **kwargs)  # type: ignore[arg-type]
 
 
 def pushed_to(pusher: ImagePusher, front: HostileRegistry, path: str) -> tuple[PushedImage, str]:

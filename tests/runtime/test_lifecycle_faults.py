@@ -51,6 +51,16 @@ async def ticker(crd_installed: Cluster, registry: str) -> AsyncIterator[PolicyT
     await client.aclose()
 
 
+def _app_on_its_tag(
+    cluster: Cluster, registry: str, pusher: ImagePusher, ns: str, seed: str
+) -> str:
+    """Deployment ``app`` on ``app:prod`` (just pushed) and a policy tracking it; the tag."""
+    pusher.push(f"{ns}/app", "prod", seed=seed)
+    tag = f"{registry}/{ns}/app:prod"
+    deployment_with_policy(cluster, ns, tag)
+    return tag
+
+
 def _image(cluster: Cluster, ns: str) -> str:
     stored = cluster.get("deployment", "app", "-n", ns)
     return str(stored["spec"]["template"]["spec"]["containers"][0]["image"])
@@ -159,9 +169,7 @@ async def test_a_patch_an_admission_policy_refuses_is_refused_never_current(
     deny: Any,
 ) -> None:
     cluster, ns = crd_installed, policy_namespace
-    pusher.push(f"{ns}/app", "prod", seed="refused")
-    tag = f"{registry}/{ns}/app:prod"
-    deployment_with_policy(cluster, ns, tag)
+    tag = _app_on_its_tag(cluster, registry, pusher, ns, "refused")
     deny(f"freeze-images-{ns}", ns, "deployments", "apps", IMAGES_UNCHANGED)
 
     probe = ("set", "image", "deployment/app", "-n", ns, f"app={tag}-probe", "--dry-run=server")
@@ -190,9 +198,7 @@ async def test_without_a_recorded_intent_no_patch_is_sent(
     deny: Any,
 ) -> None:
     cluster, ns = crd_installed, policy_namespace
-    pusher.push(f"{ns}/app", "prod", seed="no-intent")
-    tag = f"{registry}/{ns}/app:prod"
-    deployment_with_policy(cluster, ns, tag)
+    tag = _app_on_its_tag(cluster, registry, pusher, ns, "no-intent")
     deny(f"freeze-status-{ns}", ns, "imagerefreshpolicies/status", "images.tracebloc.io", "false")
     probe = (
         "patch", "irp", POLICY, "-n", ns, "--subresource=status", "--type=merge",
@@ -260,9 +266,7 @@ def test_the_send_site_refuses_an_unsafe_patch_whatever_built_it(
     crd_installed: Cluster, registry: str, pusher: ImagePusher, policy_namespace: str
 ) -> None:
     cluster, ns = crd_installed, policy_namespace
-    tag = f"{registry}/{ns}/app:prod"
-    pusher.push(f"{ns}/app", "prod", seed="send-site")
-    deployment_with_policy(cluster, ns, tag)
+    tag = _app_on_its_tag(cluster, registry, pusher, ns, "send-site")
     api = KubeApi.from_environment(cluster.kubeconfig)
     evil = ImagePatch(
         TargetKey("Deployment", ns, "app"),  # type: ignore[arg-type]
@@ -290,9 +294,7 @@ async def test_an_unreadable_status_fails_closed_until_a_reset_rebuilds_it(
     ticker: PolicyTicker,
 ) -> None:
     cluster, ns = crd_installed, policy_namespace
-    pusher.push(f"{ns}/app", "prod", seed="unreadable")
-    tag = f"{registry}/{ns}/app:prod"
-    deployment_with_policy(cluster, ns, tag)
+    tag = _app_on_its_tag(cluster, registry, pusher, ns, "unreadable")
     forged = {
         "conditions": [
             {
@@ -338,9 +340,7 @@ async def test_an_invalid_spec_is_not_ready_and_says_why(
     ticker: PolicyTicker,
 ) -> None:
     cluster, ns = crd_installed, policy_namespace
-    pusher.push(f"{ns}/app", "prod", seed="invalid")
-    tag = f"{registry}/{ns}/app:prod"
-    deployment_with_policy(cluster, ns, tag)
+    _app_on_its_tag(cluster, registry, pusher, ns, "invalid")
     outcome = await ticker.tick(ns, POLICY)
     assert outcome is not None
     # A tag of 129 characters: past the reference grammar's 128, which the CRD cannot see.

@@ -24,6 +24,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from imagerefresh.registry import RegistryClient
+
 from support.hostile_registry import HostileRegistry
 from support.hub_front import HubFront
 
@@ -38,6 +40,21 @@ DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
 DOCKER_CONFIG = "application/vnd.docker.container.image.v1+json"
 DOCKER_LAYER = "application/vnd.docker.image.rootfs.diff.tar.gzip"
 PLATFORMS = (("linux", "amd64"), ("linux", "arm64"))
+
+
+class FakeClock:
+    """A wall clock the test moves by hand (token lifetimes, rate-limit windows)."""
+
+    def __init__(self, start: float = 1_800_000_000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def client_for(*hosts: str, **kwargs: object) -> RegistryClient:
+    """A registry client speaking plain HTTP to ``hosts``, retrying without real waits."""
+    return RegistryClient(insecure_registries=hosts, backoff=0.01, **kwargs)  # type: ignore[arg-type]
 
 
 def free_port() -> int:
