@@ -14,7 +14,7 @@ from typing import Any
 
 from hypothesis import settings
 
-MAX_EXAMPLES = 30
+MAX_EXAMPLES = 10
 
 
 def pytest_collection_modifyitems(items: list[Any]) -> None:

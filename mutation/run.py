@@ -11,8 +11,8 @@ mutmut 3 only finds code under ``./``, ``src/`` or ``source/``, and ours lives u
 directory outside git (``$IMAGEREFRESH_CACHE/mutation/<checkout>/stage``) and mutmut runs there.
 Files are copied only when their content changed, so mutmut's own cache (a verdict is kept
 while its function's source is unchanged) survives between runs. mutmut does not notice test
-changes, so this script does (see :func:`invalidate`): after any change every verdict that is
-not a kill is tested again, and so is every kill whose function a changed test file covers; a
+changes, so this script does (see :func:`invalidate`): a changed or new test file retests the
+functions it covers, a change to a module outside its plain functions retests that module, and a
 change under ``tests/support/`` or to a ``conftest.py`` retests everything. ``--fresh`` throws
 the cache away.
 
@@ -66,6 +66,8 @@ TESTS = (
     "tests/registry/test_registry_auth.py",
 )
 MARKERS = "not cluster and not registry"
+# The pytest plugin that makes property tests few and fixed (see hypothesis_profile.py).
+PLUGIN = "plugins/hypothesis_profile.py"
 
 # mutmut's exit codes per mutant (mutmut/stats.py), folded into what the report needs.
 KILLED_CODES = {1, 3}
@@ -144,7 +146,7 @@ def stage(stage_dir: Path) -> None:
     _sync_tree(REPO / "operator" / "imagerefresh", stage_dir / "src" / "imagerefresh", (".py",))
     _sync_tree(REPO / "tests", stage_dir / "tests", (".py",))
     _sync_tree(REPO / "crds", stage_dir / "crds", (".yaml",))
-    _sync_file(HERE / "hypothesis_profile.py", stage_dir / "plugins" / "hypothesis_profile.py")
+    _sync_file(HERE / "hypothesis_profile.py", stage_dir / PLUGIN)
     pyproject = (REPO / "pyproject.toml").read_text() + mutmut_config()
     _sync_file(REPO / "pyproject.toml", stage_dir / "pyproject.toml", pyproject.encode())
     # mutmut copies tests/ over its own copy but never deletes; a deleted test must go too.
@@ -159,12 +161,26 @@ def stage(stage_dir: Path) -> None:
 
 
 def content_hashes(stage_dir: Path) -> dict[str, str]:
-    """sha256 of every staged test and source file, by path under the stage."""
-    return {
-        str(path.relative_to(stage_dir)): hashlib.sha256(path.read_bytes()).hexdigest()
-        for tree in ("tests", "src")
-        for path in sorted((stage_dir / tree).rglob("*.py"))
-    }
+    """What each staged file's verdicts depend on beyond mutmut's per-function hashes.
+
+    A test file counts whole. A source file counts by its code outside undecorated function
+    bodies (module and class level, decorated functions): mutmut already retests a function
+    whose own source changed, but not its neighbours when a constant or a property changes.
+    """
+    hashes = {}
+    for path in [*sorted((stage_dir / "tests").rglob("*.py")), stage_dir / PLUGIN]:
+        hashes[str(path.relative_to(stage_dir))] = hashlib.sha256(path.read_bytes()).hexdigest()
+    for path in sorted((stage_dir / "src").rglob("*.py")):
+        skeleton = ast.dump(_without_function_bodies(ast.parse(path.read_text())))
+        hashes[str(path.relative_to(stage_dir))] = hashlib.sha256(skeleton.encode()).hexdigest()
+    return hashes
+
+
+def _without_function_bodies(tree: ast.Module) -> ast.Module:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and not node.decorator_list:
+            node.body = [ast.Pass()]
+    return tree
 
 
 def _meta_files(stage_dir: Path) -> list[Path]:
@@ -184,56 +200,101 @@ def readable_function(mutant: str) -> str:
     return ".".join(part for part in mangled.split("ǁ")[1:])
 
 
+def _covering(stats_path: Path) -> dict[str, set[str]]:
+    """Which test files cover each function, from mutmut's stats."""
+    if not stats_path.exists():
+        return {}
+    stats = json.loads(stats_path.read_text())
+    return {
+        function: {test.split("::")[0] for test in tests}
+        for function, tests in stats["tests_by_mangled_function_name"].items()
+    }
+
+
+def collect_coverage(stage_dir: Path, log_path: Path) -> bool:
+    """Have mutmut collect which tests cover which function again, with the changed tests.
+
+    ``mutmut print-time-estimates`` collects stats without running a mutant; it needs the
+    tests in mutmut's copy and the mutated sources importable (``mutmut run`` does both itself).
+    """
+    for path in (stage_dir / "tests").rglob("*.py"):
+        _sync_file(path, stage_dir / "mutants" / path.relative_to(stage_dir))
+    (stage_dir / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)
+    python_path = f"{stage_dir / 'mutants' / 'src'}{os.pathsep}{stage_dir / 'plugins'}"
+    with log_path.open("w") as log:
+        process = subprocess.run(
+            [str(Path(sys.executable).with_name("mutmut")), "print-time-estimates"],
+            cwd=stage_dir,
+            env=dict(os.environ, PYTHONPATH=python_path),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            check=False,
+        )
+    return process.returncode == 0
+
+
 def invalidate(stage_dir: Path, old: dict[str, str], new: dict[str, str]) -> str:
     """Mark for retesting the verdicts a change of tests or sources could have made wrong.
 
-    mutmut itself retests a mutant when its function's source changed. Beyond that: any change
-    retests every verdict that is not a kill (a new test, or a change elsewhere, may kill it);
-    a changed test file retests the kills in the functions it covers; a change under
-    tests/support/ or to a conftest.py retests everything.
+    mutmut itself retests a mutant when its function's source changed. Beyond that: a survivor
+    is retested when a changed or new test file covers its function now or did before (a new
+    test may kill it); a kill when a test file that covered its function changed or went (it
+    may have been the killer); everything when tests/support/, a conftest.py or the pytest
+    plugin changed; a whole module when its code outside plain functions changed.
     """
     changed = {path for path in old.keys() | new.keys() if old.get(path) != new.get(path)}
     if not changed:
         return "tests and sources unchanged since the last run"
     tests_changed = {path for path in changed if path.startswith("tests/")}
+    modules_changed = {
+        path.removeprefix("src/").removesuffix(".py").replace("/", ".").removesuffix(".__init__")
+        for path in changed - tests_changed
+        if path.startswith("src/")
+    }
     stats_path = stage_dir / "mutants" / "mutmut-stats.json"
-    covering: dict[str, set[str]] = {}
-    if tests_changed and stats_path.exists():
-        stats = json.loads(stats_path.read_text())
-        covering = {
-            function: {test.split("::")[0] for test in tests}
-            for function, tests in stats["tests_by_mangled_function_name"].items()
-        }
-        # Which tests cover which function is collected again, with the changed tests.
-        stats_path.unlink()
-    shared = any(p.startswith("tests/support/") or p.endswith("conftest.py") for p in changed)
+    before = _covering(stats_path)
+    after: dict[str, set[str]] = {}
+    shared = any(
+        p.startswith("tests/support/") or p.endswith("conftest.py") or p == PLUGIN for p in changed
+    )
+    if tests_changed and not shared:
+        if collect_coverage(stage_dir, stage_dir.parent / "coverage.log"):
+            after = _covering(stats_path)
+        else:
+            shared = True  # coverage unknown: retest everything rather than guess
     reset = 0
     for meta_path in _meta_files(stage_dir):
         meta = json.loads(meta_path.read_text())
         codes = meta["exit_code_by_key"]
+        module = module_of(meta_path, stage_dir)
         for mutant, code in codes.items():
             if code is None:
                 continue
-            covered_by = covering.get(function_of(mutant), set())
-            if shared or code not in KILLED_CODES or covered_by & tests_changed:
+            function = function_of(mutant)
+            # A kill can only be undone by a test that was there and changed; anything else
+            # may be killed by a test that covers its function now.
+            covered_by = before.get(function, set())
+            if code not in KILLED_CODES:
+                covered_by = covered_by | after.get(function, set())
+            if shared or module in modules_changed or covered_by & tests_changed:
                 codes[mutant] = None
                 reset += 1
         meta_path.write_text(json.dumps(meta, indent=4))
     return (
-        f"{len(tests_changed)} test and {len(changed) - len(tests_changed)} source file(s) "
-        f"changed: {reset} verdict(s) to test again"
+        f"{len(tests_changed)} test file(s) and {len(modules_changed)} module(s) changed: "
+        f"{reset} verdict(s) to test again"
     )
 
 
 # --- running ---------------------------------------------------------------------------------
 
 
-def run_mutmut(stage_dir: Path, max_children: int, log_path: Path) -> int:
+def run_mutmut(stage_dir: Path, max_children: int, log_path: Path, only: list[str]) -> int:
     env = dict(os.environ, PYTHONPATH=str(stage_dir / "plugins"))
     mutmut = Path(sys.executable).with_name("mutmut")
     with log_path.open("w") as log:
         process = subprocess.run(
-            [str(mutmut), "run", "--max-children", str(max_children)],
+            [str(mutmut), "run", "--max-children", str(max_children), *only],
             cwd=stage_dir,
             env=env,
             stdout=log,
@@ -525,6 +586,14 @@ def main() -> int:
     parser.add_argument("--fresh", action="store_true", help="throw the cached results away")
     parser.add_argument("--report-only", action="store_true", help="report the cached results")
     parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="retest only these mutants (mutmut names, e.g. 'imagerefresh.planner.guard.*'); "
+        "quick to check a new test, and leaves every other verdict and the cache as they are",
+    )
+    parser.add_argument(
         "--strict", action="store_true", help="exit 1 on an unanswered survivor or a stale entry"
     )
     args = parser.parse_args()
@@ -542,17 +611,20 @@ def main() -> int:
 
     if not args.report_only:
         stage(stage_dir)
+        log_path = cache / "mutmut.log"
         hashes_path = cache / "contents.json"
         old = json.loads(hashes_path.read_text()) if hashes_path.exists() else {}
         new = content_hashes(stage_dir)
-        if (stage_dir / "mutants").exists():
-            print(f"mutation: {invalidate(stage_dir, old, new)}")
-        # The resets are in mutmut's files now: an interrupted run resumes where it stopped.
-        hashes_path.write_text(json.dumps(new, indent=1))
-        log_path = cache / "mutmut.log"
+        if args.only:
+            print("mutation: retesting only " + ", ".join(args.only))
+        elif (stage_dir / "mutants").exists():
+            print(f"mutation: {invalidate(stage_dir, old, new)}", flush=True)
+        if not args.only:
+            # The resets are in mutmut's files now: an interrupted run resumes where it stopped.
+            hashes_path.write_text(json.dumps(new, indent=1))
         print(f"mutation: mutmut {MUTMUT_VERSION} in {stage_dir} (log: {log_path})", flush=True)
         started = time.monotonic()
-        code = run_mutmut(stage_dir, args.max_children, log_path)
+        code = run_mutmut(stage_dir, args.max_children, log_path, args.only)
         elapsed = time.monotonic() - started
         print(f"mutation: mutmut exited {code} after {elapsed:.0f} s")
         if code != 0:
