@@ -147,3 +147,18 @@ def test_a_pause_refuses_every_identity_of_that_registry_until_it_ends() -> None
     assert not ledger.can_afford("r", "alice", 0, 0, now=159).allowed
     assert ledger.can_afford("s", "alice", 0, 0, now=159).allowed
     assert ledger.can_afford("r", "alice", 0, 0, now=160).allowed
+
+
+def test_every_own_get_since_the_report_lowers_the_believed_remaining() -> None:
+    budget = _budget(5)
+    for now in (1001, 1002, 1003):
+        budget.record_request(RequestKind.GET, now=now)
+    assert budget.estimated_remaining(now=1003) == 2
+
+
+def test_malformed_headers_are_counted_across_reports() -> None:
+    budget = PullBudget("registry-1.docker.io", "anonymous")
+    bad = parse_ratelimit_headers({"ratelimit-limit": "lots", "ratelimit-remaining": "many"})
+    budget.record_report(bad, now=1)
+    budget.record_report(bad, now=2)
+    assert budget.malformed_headers == 4

@@ -131,3 +131,40 @@ def test_statefulset_rollout_status(
     verdict = rollout_verdict(statefulset("sts", IMG, **fields))
     assert verdict.state is state
     assert message in verdict.message
+
+
+# --- fields the API server leaves out ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("make", [deployment, daemonset, statefulset])
+def test_a_workload_without_status_yet_is_waiting_to_be_observed(make: Any) -> None:
+    workload = make("app", IMG)
+    del workload["status"]
+    verdict = rollout_verdict(workload)
+    assert (verdict.state, verdict.message) == (
+        WAITING,
+        "waiting for the controller to observe the new spec",
+    )
+
+
+@pytest.mark.parametrize("make", [daemonset, statefulset])
+def test_no_update_strategy_means_the_default_rolling_update(make: Any) -> None:
+    workload = make("app", IMG)
+    del workload["spec"]["updateStrategy"]
+    assert rollout_verdict(workload).state is COMPLETE
+
+
+def test_a_statefulset_without_replicas_has_one() -> None:
+    workload = statefulset("db", IMG, replicas=1, ready=1)
+    del workload["spec"]["replicas"]
+    assert rollout_verdict(workload).state is COMPLETE
+    workload["status"]["readyReplicas"] = 0
+    assert rollout_verdict(workload).message == "0 of 1 pods are ready"
+
+
+def test_a_progressing_condition_other_than_the_deadline_is_no_failure() -> None:
+    progressing = [{"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable"}]
+    other = [{"type": "Available", "status": "False", "reason": "ProgressDeadlineExceeded"}]
+    for conditions in (progressing, other):
+        verdict = rollout_verdict(deployment("app", IMG, conditions=conditions))
+        assert verdict.state is COMPLETE

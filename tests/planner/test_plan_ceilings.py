@@ -1,0 +1,161 @@
+"""Ceilings and clocks as an SRE reads them: the counters in status, the phase, the message.
+
+What a failed refresh counts (an attempt, not a contest), when a rollout has run out of time
+(after rolloutTimeout, not at it), what a locked target still does (follow or resend its
+rollback, keep skipping) and what it says, and when a rollback is given up.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from imagerefresh.models import PendingPurpose, PendingRefresh, Phase
+from imagerefresh.planner import PatchPurpose
+
+from support.ticks import JM, T0, Tick, digest, evidence, key, spec, target
+from support.workloads import deployment
+
+D1, D2 = digest(1), digest(2)
+JM_REPO = "tracebloc/jobs-manager"
+JOBS = key("jobs-manager")
+NO_TIME = timedelta(0)
+RESET_HINT = "no re-imaging until a reset: imagerefresh reset tracebloc/control-plane"
+
+
+def settled(image: str, generation: int = 1) -> dict[str, object]:
+    return deployment("jobs-manager", {"api": image}, generation=generation)
+
+
+def unsettled(image: str, generation: int = 2) -> dict[str, object]:
+    return deployment("jobs-manager", {"api": image}, generation=generation, available=0)
+
+
+def refreshing(**fields: object) -> Tick:
+    """A tick that has just patched jobs-manager from D1 to D2 (pending recorded at T0)."""
+    tick = Tick(spec(target("jobs-manager", api=JM), **fields))
+    plan = tick.run(
+        {JOBS: evidence(settled(f"{JM_REPO}@{D1}"), digests={"api": D2})}, advance=NO_TIME
+    )
+    assert [p.purpose for p in plan.patches] == [PatchPurpose.REFRESH]
+    return tick
+
+
+def with_rollback_pending(tick: Tick, **fields: object) -> None:
+    """Status as it is after a failed refresh from D1 to D2 recorded its rollback."""
+    rollback = PendingRefresh(
+        purpose=PendingPurpose.ROLLBACK,
+        images={"api": f"{JM_REPO}@{D1}"},
+        previous={"api": f"{JM_REPO}@{D2}"},
+        started_at=T0,
+    )
+    tick.run({JOBS: evidence(settled(f"{JM_REPO}@{D1}"), digests={"api": D1})}, advance=NO_TIME)
+    (status,) = tick.status.targets
+    tick.status = tick.status.model_copy(
+        update={"targets": (status.model_copy(update={"pending": rollback, **fields}),)}
+    )
+
+
+def test_a_failed_refresh_counts_an_attempt_but_no_contest() -> None:
+    tick = refreshing(rolloutTimeout="1m")
+    tick.now = T0 + timedelta(minutes=2)
+    tick.run({JOBS: evidence(unsettled(f"{JM_REPO}@{D2}"), digests={"api": D2})})
+    status = tick.target("jobs-manager")
+    assert (status.refresh_attempts, status.contested) == (1, 0)
+
+
+def test_a_rollout_is_judged_failed_only_after_its_timeout_has_passed() -> None:
+    tick = refreshing(rolloutTimeout="10m")
+    tick.now = T0 + timedelta(minutes=10)
+    plan = tick.run(
+        {JOBS: evidence(unsettled(f"{JM_REPO}@{D2}"), digests={"api": D2})}, advance=NO_TIME
+    )
+    assert plan.patches == ()
+    assert tick.target("jobs-manager").phase is Phase.REFRESHING
+    tick.now = T0 + timedelta(minutes=10, seconds=1)
+    plan = tick.run({JOBS: evidence(unsettled(f"{JM_REPO}@{D2}"), digests={"api": D2})})
+    assert [p.purpose for p in plan.patches] == [PatchPurpose.ROLLBACK]
+    status = tick.target("jobs-manager")
+    assert status.phase is Phase.ROLLING_BACK
+    assert status.message.startswith("refresh failed (attempt 1 of 3): it did not settle within")
+    assert status.message.endswith("rolloutTimeout 10m0s; rolling back")
+
+
+def test_a_failure_at_the_ceiling_without_rollback_is_locked_naming_the_reason_and_reset() -> None:
+    tick = refreshing(maxRefreshAttempts=1, rollbackOnFailure=False, rolloutTimeout="1m")
+    tick.now = T0 + timedelta(minutes=2)
+    plan = tick.run({JOBS: evidence(unsettled(f"{JM_REPO}@{D2}"), digests={"api": D2})})
+    assert plan.patches == ()
+    status = tick.target("jobs-manager")
+    locked_at = T0 + timedelta(minutes=2)
+    assert (status.phase, status.pending, status.locked_at) == (Phase.LOCKED, None, locked_at)
+    assert status.message == (
+        "locked after 1 failed or contested refreshes (it did not settle within rolloutTimeout "
+        f"1m0s); {RESET_HINT}"
+    )
+
+
+def test_a_failure_at_the_ceiling_still_rolls_back_and_says_so_while_locked() -> None:
+    tick = refreshing(maxRefreshAttempts=1, rolloutTimeout="1m")
+    tick.now = T0 + timedelta(minutes=2)
+    plan = tick.run({JOBS: evidence(unsettled(f"{JM_REPO}@{D2}"), digests={"api": D2})})
+    assert [p.purpose for p in plan.patches] == [PatchPurpose.ROLLBACK]
+    status = tick.target("jobs-manager")
+    assert status.phase is Phase.LOCKED
+    assert status.message == (
+        "locked after 1 failed or contested refreshes (it did not settle within rolloutTimeout "
+        f"1m0s; rolling back); {RESET_HINT}"
+    )
+
+
+def test_a_locked_target_keeps_sending_its_owed_rollback() -> None:
+    tick = Tick(spec(target("jobs-manager", api=JM), maxRefreshAttempts=1))
+    with_rollback_pending(tick, refresh_attempts=1)
+    plan = tick.run({JOBS: evidence(unsettled(f"{JM_REPO}@{D2}"), digests={"api": D2})})
+    (patch,) = plan.patches
+    assert (patch.purpose, patch.changes[0].image) == (PatchPurpose.ROLLBACK, f"{JM_REPO}@{D1}")
+    status = tick.target("jobs-manager")
+    assert status.phase is Phase.LOCKED
+    assert status.message == (
+        "locked after 1 failed or contested refreshes (rollback to "
+        f"api={JM_REPO}@{D1} owed: sending it again); {RESET_HINT}"
+    )
+
+
+def test_a_locked_target_that_does_not_settle_stays_locked_not_skipping() -> None:
+    tick = Tick(spec(target("jobs-manager", api=JM), maxRefreshAttempts=1))
+    with_rollback_pending(tick, refresh_attempts=1)
+    tick.status = tick.status.model_copy(
+        update={"targets": (tick.status.targets[0].model_copy(update={"pending": None}),)}
+    )
+    plan = tick.run({JOBS: evidence(unsettled(f"{JM_REPO}@{D1}"), digests={"api": D2})})
+    assert plan.patches == ()
+    status = tick.target("jobs-manager")
+    assert (status.phase, status.skip_streak) == (Phase.LOCKED, 1)
+    assert status.message.startswith("locked after 1 failed or contested refreshes (")
+    assert status.message.endswith(f"); {RESET_HINT}")
+
+
+def test_a_rollback_that_runs_out_of_time_is_given_up_with_a_warning() -> None:
+    tick = Tick(spec(target("jobs-manager", api=JM), rolloutTimeout="5m"))
+    with_rollback_pending(tick, refresh_attempts=1)
+    tick.now = T0 + timedelta(minutes=6)
+    # Still progressing, not failed: only the clock says it has run out.
+    plan = tick.run({JOBS: evidence(unsettled(f"{JM_REPO}@{D1}"), digests={"api": D2})})
+    assert plan.patches == ()  # a rollback is never rolled back
+    (stalled,) = [e for e in plan.events if e.reason == "RollbackStalled"]
+    assert stalled.type == "Warning"
+    assert stalled.message.startswith(
+        f"the rollback of Deployment tracebloc/jobs-manager to api={JM_REPO}@{D1} has not settled"
+    )
+    status = tick.target("jobs-manager")
+    assert (status.pending, status.phase) == (None, Phase.SKIPPING)
+
+
+def test_a_rollback_in_flight_says_what_it_restores() -> None:
+    tick = Tick(spec(target("jobs-manager", api=JM), rolloutTimeout="1h"))
+    with_rollback_pending(tick, refresh_attempts=1)
+    plan = tick.run({JOBS: evidence(unsettled(f"{JM_REPO}@{D1}"), digests={"api": D2})})
+    assert plan.patches == ()
+    status = tick.target("jobs-manager")
+    assert status.phase is Phase.ROLLING_BACK
+    assert status.message.startswith(f"rolling back to api={JM_REPO}@{D1}: ")

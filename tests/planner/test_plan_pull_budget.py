@@ -1,0 +1,65 @@
+"""The pull-budget deferral across targets and accounts (SPEC §4.3e): what a tick spends is
+counted per (registry, account), every drifted image of a workload costs a pull per pod, and
+the account is the one the pods pull with."""
+
+from __future__ import annotations
+
+from imagerefresh.models import Phase
+
+from support.ticks import JM, PM, Tick, budget, digest, evidence, key, spec, target
+from support.workloads import deployment
+
+D1, D2 = digest(1), digest(2)
+HUB = "registry-1.docker.io"
+
+
+def drifted(name: str, replicas: int = 2) -> dict[str, object]:
+    return deployment(name, {"app": JM}, replicas=replicas)
+
+
+def test_every_target_s_pulls_are_spent_from_one_budget_until_the_next_does_not_fit() -> None:
+    names = ("first", "second", "third")
+    tick = Tick(spec(*(target(n, app=JM) for n in names), pullBudget={"reserve": 0}))
+    plan = tick.run(
+        {key(n): evidence(drifted(n), digests={"app": D1}) for n in names},
+        {(HUB, "anonymous"): budget(HUB, remaining=5)},
+    )
+    # 2 pods each: 5 - 2 - 2 leaves 1, too few for the third.
+    assert [p.target.name for p in plan.patches] == ["first", "second"]
+    assert tick.target("third").phase is Phase.DEFERRED
+    assert (
+        "has 1 pulls left of 100 per 21600s; this refresh needs 2" in tick.target("third").message
+    )
+
+
+def test_two_drifted_images_of_one_workload_cost_a_pull_each_per_pod() -> None:
+    tick = Tick(spec(target("jobs-manager", api=JM, monitor=PM), pullBudget={"reserve": 0}))
+    work = deployment("jobs-manager", {"api": JM, "monitor": PM}, replicas=2)
+    plan = tick.run(
+        {key("jobs-manager"): evidence(work, digests={"api": D1, "monitor": D2})},
+        {(HUB, "anonymous"): budget(HUB, remaining=3)},
+    )
+    assert plan.patches == ()
+    assert "this refresh needs 4" in tick.target("jobs-manager").message
+
+
+def test_the_budget_spent_is_the_one_of_the_account_the_pods_pull_with() -> None:
+    tick = Tick(spec(target("jobs-manager", app=JM), pullBudget={"reserve": 0}))
+    budgets = {
+        (HUB, "anonymous"): budget(HUB, remaining=100),
+        (HUB, "tracebloc/regcred"): budget(HUB, remaining=0, identity="tracebloc/regcred"),
+    }
+    plan = tick.run(
+        {
+            key("jobs-manager"): evidence(
+                drifted("jobs-manager"),
+                digests={"app": D1},
+                identities={HUB: "tracebloc/regcred"},
+            )
+        },
+        budgets,
+    )
+    assert plan.patches == ()
+    status = tick.target("jobs-manager")
+    assert status.phase is Phase.DEFERRED
+    assert f"{HUB} for tracebloc/regcred has 0 pulls left" in status.message

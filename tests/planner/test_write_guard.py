@@ -1,0 +1,48 @@
+"""check_patch, the write guard at the one place patches are sent: what it lets through, and
+what the operator reads when it refuses (the patch itself is never sent)."""
+
+from __future__ import annotations
+
+import pytest
+
+from imagerefresh.planner import ImageChange, ImagePatch, PatchPurpose, UnsafePatch, check_patch
+
+from support.ticks import digest, key
+
+JM_REPO = "docker.io/tracebloc/jobs-manager"
+JOBS = key("jobs-manager")
+
+
+def change(container: str, image: str) -> ImageChange:
+    return ImageChange(container, "/spec/template/spec/containers/0", "old", image, JM_REPO)
+
+
+def test_a_patch_within_the_tracked_repository_passes() -> None:
+    patch = ImagePatch(
+        JOBS,
+        PatchPurpose.REFRESH,
+        (change("api", f"tracebloc/jobs-manager@{digest(1)}"), change("proxy", JM_REPO + ":v2")),
+    )
+    check_patch(patch)  # raises nothing
+
+
+def test_a_refused_patch_names_every_bad_image_and_what_to_do() -> None:
+    patch = ImagePatch(
+        JOBS,
+        PatchPurpose.ROLLBACK,
+        (
+            change("api", "evil.example/miner:latest"),
+            change("ok", f"tracebloc/jobs-manager@{digest(1)}"),
+            change("sidecar", "tracebloc/jobs-manager"),
+        ),
+    )
+    with pytest.raises(UnsafePatch) as refused:
+        check_patch(patch)
+    message = str(refused.value)
+    assert message.startswith(f"refused to rollback {JOBS}: api: ")
+    assert (
+        "api: evil.example/miner is not the tracked repository docker.io/tracebloc/jobs-manager; "
+        "sidecar: 'tracebloc/jobs-manager' names neither a tag nor a digest. "
+    ) in message
+    assert "ok:" not in message
+    assert "inspect who can update imagerefreshpolicies/status, then reset the policy" in message
