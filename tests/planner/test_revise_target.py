@@ -3,8 +3,6 @@ target's status and the policy's summary and conditions are derived again from i
 
 from __future__ import annotations
 
-import pytest
-
 from imagerefresh.models import Phase
 from imagerefresh.planner import revise_target
 
@@ -65,12 +63,6 @@ def test_a_refused_target_makes_the_policy_refused_and_keeps_the_tick_s_other_fi
     assert revised.last_reset == "2026-11-29T12:30"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug, left for its own change: revise_target re-wraps the Degraded and "
-    "RateLimited messages it carries over, so they read 'evidence unreadable, nothing patched "
-    "on it: evidence unreadable, nothing patched on it: …' after a refused patch",
-)
 def test_a_carried_over_degraded_message_is_not_wrapped_twice() -> None:
     tick = Tick(spec(target("jobs-manager", api=JM), target("absent", api=JM)))
     plan = tick.run(

@@ -84,21 +84,20 @@ def revise_target(
     For the shell, when the world disagreed with the plan (a guarded patch was refused).
     """
     targets = tuple(target if _key(t) == _key(target) else t for t in status.targets)
-    flags = TickFlags(
-        degraded=_flagged(status, ConditionType.DEGRADED),
-        rate_limited=_flagged(status, ConditionType.RATE_LIMITED),
+    # Degraded and RateLimited say what this tick read, which a revision does not change:
+    # they are carried over as they are; the rest follows from the revised targets.
+    carried = {
+        c.type: c
+        for c in status.conditions
+        if c.type in (ConditionType.DEGRADED, ConditionType.RATE_LIMITED)
+    }
+    derived = derive_conditions(
+        targets, policy.spec, TickFlags(), status.conditions, policy.generation, now
     )
-    conditions = derive_conditions(
-        targets, policy.spec, flags, status.conditions, policy.generation, now
-    )
+    conditions = tuple(carried.get(c.type, c) for c in derived)
     return _summary(policy, targets, conditions).model_copy(
         update={"registries": status.registries, "last_reset": status.last_reset}
     )
-
-
-def _flagged(status: PolicyStatus, kind: ConditionType) -> tuple[str, ...]:
-    condition = next((c for c in status.conditions if c.type == kind), None)
-    return (condition.message,) if condition is not None and condition.status == "True" else ()
 
 
 def _claimed(
