@@ -240,9 +240,8 @@ def _carries(policy: Mapping[str, Any], status: PolicyStatus) -> bool:
 
 def _unchanged_meanwhile(read: Mapping[str, Any], fresh: Mapping[str, Any]) -> bool:
     """Whether only what is not ours to judge (annotations, bookkeeping) changed since ``read``."""
-    return read.get("status") == fresh.get("status") and (read["metadata"].get("generation")) == (
-        fresh["metadata"].get("generation")
-    )
+    same_spec = read["metadata"].get("generation") == fresh["metadata"].get("generation")
+    return same_spec and read.get("status") == fresh.get("status")
 
 
 def _write_status(api: KubeApi, policy: Mapping[str, Any], status: PolicyStatus) -> _Written:
@@ -313,10 +312,16 @@ async def apply_plan(
 
 
 def _raw_condition(
-    old: Mapping[str, Any] | None, kind: str, status: str, reason: str, message: str, at: Any
+    old: Mapping[str, Any] | None,
+    kind: str,
+    status: str,
+    reason: str,
+    message: str,
+    now: datetime,
+    generation: int,
 ) -> dict[str, Any]:
     """A condition as JSON, keeping ``old``'s transition time while its status holds."""
-    since = format_timestamp(at["now"])
+    since = format_timestamp(now)
     if old is not None and old.get("status") == status and old.get("lastTransitionTime"):
         since = old["lastTransitionTime"]
     return {
@@ -325,7 +330,7 @@ def _raw_condition(
         "reason": reason,
         "message": message,
         "lastTransitionTime": since,
-        "observedGeneration": at["generation"],
+        "observedGeneration": generation,
     }
 
 
@@ -348,13 +353,15 @@ def mark_unreadable(
     by_type = {c.get("type"): c for c in existing}
     reason = reasons.POLICY_INVALID if error.part == "spec" else reasons.STATUS_UNREADABLE
     message = str(error)[:MAX_TEXT]
-    context = {"now": now, "generation": int(metadata.get("generation") or 0)}
+    generation = int(metadata.get("generation") or 0)
     wanted = [(ConditionType.DEGRADED.value, "True")]
     if error.part == "spec":
         wanted.append((ConditionType.READY.value, "False"))
     updated = dict(by_type)
     for kind, status in wanted:
-        updated[kind] = _raw_condition(by_type.get(kind), kind, status, reason, message, context)
+        updated[kind] = _raw_condition(
+            by_type.get(kind), kind, status, reason, message, now, generation
+        )
     if updated == by_type:
         return False, []
     raw["conditions"] = [updated[c.get("type")] for c in existing] + [
