@@ -7,6 +7,11 @@ then every replica must be *updated* and available. These functions apply those 
 kubectl's order, to a workload object as the API server returns it (a JSON dict), so they are
 pure and table-testable.
 
+Progress, for the progress deadline (SPEC §4: a rollout fails when it has made no progress for
+``rolloutTimeout``, not when it is merely long): :func:`rollout_progress` reads how many replicas
+(or scheduled nodes) are updated and how many are available, once the controller has observed
+the current generation — before that the counts still describe the previous rollout.
+
 One deliberate difference: kubectl refuses OnDelete workloads with an error. Here that is the
 :attr:`RolloutState.UNSUPPORTED` verdict, which the planner reports as a Conflict: an OnDelete
 workload never rolls by itself after a patch, so waiting for it would wait forever.
@@ -19,7 +24,13 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-__all__ = ["RolloutState", "RolloutVerdict", "rollout_verdict"]
+__all__ = [
+    "RolloutProgress",
+    "RolloutState",
+    "RolloutVerdict",
+    "rollout_progress",
+    "rollout_verdict",
+]
 
 Workload = Mapping[str, Any]
 
@@ -139,3 +150,43 @@ _VERDICTS = {
 def rollout_verdict(workload: Workload) -> RolloutVerdict:
     """Judge a Deployment, DaemonSet or StatefulSet as ``kubectl rollout status`` would."""
     return _VERDICTS[workload["kind"]](workload)
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class RolloutProgress:
+    """How far a rollout has come: replicas (or scheduled nodes) updated, and available."""
+
+    updated: int
+    available: int
+
+    def beyond(self, other: RolloutProgress | None) -> bool:
+        """Whether either count has passed ``other``'s — a new maximum, i.e. progress."""
+        if other is None:
+            return False
+        return self.updated > other.updated or self.available > other.available
+
+    def highest(self, other: RolloutProgress | None) -> RolloutProgress:
+        """The count-wise maximum of the two: the high-water mark to compare progress with."""
+        if other is None:
+            return self
+        return RolloutProgress(
+            max(self.updated, other.updated), max(self.available, other.available)
+        )
+
+
+# Which status fields count a rollout's updated and available replicas, per kind.
+_PROGRESS_FIELDS = {
+    "Deployment": ("updatedReplicas", "availableReplicas"),
+    "DaemonSet": ("updatedNumberScheduled", "numberAvailable"),
+    "StatefulSet": ("updatedReplicas", "availableReplicas"),
+}
+
+
+def rollout_progress(workload: Workload) -> RolloutProgress | None:
+    """The rollout's counts, or None while the controller has not observed the current spec."""
+    metadata, status = workload["metadata"], workload.get("status") or {}
+    observed = _int(status, "observedGeneration")
+    if observed == 0 or _int(metadata, "generation") > observed:
+        return None
+    updated, available = _PROGRESS_FIELDS[workload["kind"]]
+    return RolloutProgress(_int(status, updated), _int(status, available))

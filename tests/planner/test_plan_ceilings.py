@@ -76,8 +76,10 @@ def test_a_rollout_is_judged_failed_only_after_its_timeout_has_passed() -> None:
     assert [p.purpose for p in plan.patches] == [PatchPurpose.ROLLBACK]
     status = tick.target("jobs-manager")
     assert status.phase is Phase.ROLLING_BACK
-    assert status.message.startswith("refresh failed (attempt 1 of 3): it did not settle within")
-    assert status.message.endswith("rolloutTimeout 10m0s; rolling back")
+    assert status.message == (
+        "refresh failed (attempt 1 of 3): it made no progress for rolloutTimeout 10m0s "
+        f"(since {T0.isoformat()}); it reached 1 updated and 0 available; rolling back"
+    )
 
 
 def test_a_failure_at_the_ceiling_without_rollback_is_locked_naming_the_reason_and_reset() -> None:
@@ -89,8 +91,8 @@ def test_a_failure_at_the_ceiling_without_rollback_is_locked_naming_the_reason_a
     locked_at = T0 + timedelta(minutes=2)
     assert (status.phase, status.pending, status.locked_at) == (Phase.LOCKED, None, locked_at)
     assert status.message == (
-        "locked after 1 failed or contested refreshes (it did not settle within rolloutTimeout "
-        f"1m0s); {RESET_HINT}"
+        "locked after 1 failed or contested refreshes (it made no progress for rolloutTimeout "
+        f"1m0s (since {T0.isoformat()}); it reached 1 updated and 0 available); {RESET_HINT}"
     )
 
 
@@ -102,8 +104,9 @@ def test_a_failure_at_the_ceiling_still_rolls_back_and_says_so_while_locked() ->
     status = tick.target("jobs-manager")
     assert status.phase is Phase.LOCKED
     assert status.message == (
-        "locked after 1 failed or contested refreshes (it did not settle within rolloutTimeout "
-        f"1m0s; rolling back); {RESET_HINT}"
+        "locked after 1 failed or contested refreshes (it made no progress for rolloutTimeout "
+        f"1m0s (since {T0.isoformat()}); it reached 1 updated and 0 available; rolling back); "
+        f"{RESET_HINT}"
     )
 
 

@@ -46,8 +46,8 @@ def test_a_failed_refresh_warns_with_the_attempt_count_then_rolls_back() -> None
         (
             "Warning",
             "RefreshFailed",
-            f"refresh of {WORKLOAD} failed (attempt 1 of 3): it did not settle within "
-            "rolloutTimeout 1m0s",
+            f"refresh of {WORKLOAD} failed (attempt 1 of 3): it made no progress for "
+            f"rolloutTimeout 1m0s (since {T0.isoformat()}); it reached 1 updated and 0 available",
         ),
         ("Warning", "RollingBack", f"rolling {WORKLOAD} back to api={JM_REPO}@{D1}"),
     ]

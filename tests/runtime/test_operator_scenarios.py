@@ -731,7 +731,7 @@ def test_a_refresh_still_unsettled_at_rollout_timeout_fails_and_is_rolled_back(
     started = target_status(cluster, ns, "app")
     assert started["phase"] == "Refreshing"
     locked = settle(operator, cluster, ns, "app", phase="Locked", timeout=90)
-    assert "did not settle within rolloutTimeout 30s" in locked["message"]
+    assert "made no progress for rolloutTimeout 30s" in locked["message"]
     assert locked["refreshAttempts"] == 1
     eventually(
         lambda: images(cluster, ns, "app") == {"app": pinned_good},

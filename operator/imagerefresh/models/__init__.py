@@ -16,6 +16,7 @@ from imagerefresh.models.status import (
     PendingRefresh,
     Phase,
     PolicyStatus,
+    ProgressMark,
     RegistryStatus,
     TargetStatus,
 )
@@ -31,6 +32,7 @@ __all__ = [
     "Phase",
     "PolicySpec",
     "PolicyStatus",
+    "ProgressMark",
     "PullBudgetSpec",
     "RegistryStatus",
     "TargetSpec",

@@ -72,6 +72,14 @@ class TargetSpec(ApiModel):
     name: Annotated[str, Field(min_length=1)]
     namespace: str | None = None
     containers: Annotated[tuple[ContainerSpec, ...], Field(min_length=1)]
+    rollout_timeout: Duration | None = None  # overrides the policy's progress deadline
+
+    @field_validator("rollout_timeout")
+    @classmethod
+    def _timeout_above_minimum(cls, value: timedelta | None) -> timedelta | None:
+        if value is not None and value < MIN_ROLLOUT_TIMEOUT:
+            raise ValueError("rolloutTimeout must be at least 30s")
+        return value
 
     @field_validator("containers")
     @classmethod

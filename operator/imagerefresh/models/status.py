@@ -25,6 +25,7 @@ __all__ = [
     "PendingRefresh",
     "Phase",
     "PolicyStatus",
+    "ProgressMark",
     "RegistryStatus",
     "TargetStatus",
 ]
@@ -93,6 +94,16 @@ class PendingPurpose(StrEnum):
 
 
 Image = Annotated[str, Field(min_length=1, max_length=MAX_IMAGE)]
+Count = Annotated[int, Field(ge=0, le=MAX_COUNT)]
+
+
+class ProgressMark(StatusModel):
+    """The most replicas (or nodes) a rollout has had updated and available so far."""
+
+    updated: Count
+    available: Count
+
+
 ImagesByContainer = Annotated[dict[str, Image], Field(min_length=1, max_length=MAX_CONTAINERS)]
 
 
@@ -109,6 +120,10 @@ class PendingRefresh(StatusModel):
     previous: ImagesByContainer  # container → the image it replaces (a rollback's target)
     started_at: Timestamp
     generation: Annotated[int, Field(ge=0)] | None = None  # what the patch produced, once landed
+    # The progress deadline runs from the last time the rollout reached a new high-water mark
+    # (from startedAt until the first): kept here so it survives a restart or a new leader.
+    progressed_at: Timestamp | None = None
+    progress: ProgressMark | None = None
 
     @field_validator("images", "previous")
     @classmethod
@@ -130,9 +145,6 @@ class ContainerStatus(StatusModel):
     desired: str | None = None  # the resolved (or pinned) digest; absent when unknown
     live: str | None = None  # what the pod template says now, fully qualified
     running: tuple[str, ...] = ()  # distinct digests the pods report
-
-
-Count = Annotated[int, Field(ge=0, le=MAX_COUNT)]
 
 
 class TargetStatus(StatusModel):

@@ -19,7 +19,7 @@ from typing import Any
 from imagerefresh.models import PolicySpec, PolicyStatus, WorkloadKind
 from imagerefresh.ratelimit import BudgetSnapshot
 from imagerefresh.reference import InvalidReference, parse, parse_digest
-from imagerefresh.rollout import RolloutVerdict, rollout_verdict
+from imagerefresh.rollout import RolloutProgress, RolloutVerdict, rollout_progress, rollout_verdict
 
 __all__ = [
     "ANONYMOUS",
@@ -79,6 +79,7 @@ class Workload:
     verdict: RolloutVerdict
     expected_pods: int  # replicas, or scheduled nodes for a DaemonSet: the pulls one image costs
     image_managers: Mapping[str, str] = field(default_factory=lambda: _EMPTY)  # who set images
+    progress: RolloutProgress | None = None  # counts of the observed rollout (progress deadline)
 
     @classmethod
     def from_api(cls, obj: Mapping[str, Any]) -> Workload:
@@ -103,6 +104,7 @@ class Workload:
             verdict=rollout_verdict(obj),
             expected_pods=expected,
             image_managers=MappingProxyType(_image_managers(metadata.get("managedFields"))),
+            progress=rollout_progress(obj),
         )
 
 
@@ -254,3 +256,6 @@ class TickInput:
     namespaces: NamespacePolicy = NamespacePolicy()
     # (workload, container) → another policy (namespace/name) that declares it too
     claimed_elsewhere: Mapping[tuple[TargetKey, str], str] = field(default_factory=lambda: _EMPTY)
+    # A follow-up tick judges only the rollouts in flight (a target with ``pending``); every
+    # other target keeps its status, so skip streaks count interval ticks, not follow-ups.
+    follow_up: bool = False

@@ -7,10 +7,11 @@ a. scope and shape — a namespace the policy may not reach, an absent workload,
    OnDelete workload: nothing is patched (Conflict / Missing);
 b. a pending patch of ours (refresh or rollback, recorded in status before it was sent) is
    judged first, by what the workload carries now: our images — the patch landed, so judge its
-   rollout (a refresh settled is a success; failed or timed out is a flap: attempts + 1, a
-   rollback, Locked at the ceiling); the images it replaced — it never landed (a refresh is
-   planned afresh, a rollback is owed and sent again); anything else — another writer moved
-   them (a contested attempt, naming that writer);
+   rollout (a refresh settled is a success; failed, or without progress for the progress
+   deadline, is a flap: attempts + 1, a rollback, Locked at the ceiling); the images it
+   replaced — it never landed (a refresh is planned afresh, a rollback is owed and sent
+   again); anything else — another writer moved them (a contested attempt, naming that
+   writer);
 c. not settled without a refresh of ours — a skip (Skipping, Frozen at the ceiling);
 d. settled — compare live images (and, for tags, the digests the pods run) with the desired
    digests;
@@ -39,6 +40,7 @@ from imagerefresh.models import (
     PendingRefresh,
     Phase,
     PolicySpec,
+    ProgressMark,
     TargetSpec,
     TargetStatus,
     format_duration,
@@ -56,7 +58,7 @@ from imagerefresh.planner.evidence import (
 from imagerefresh.planner.guard import unsafe_changes
 from imagerefresh.ratelimit import BudgetSnapshot
 from imagerefresh.reference import InvalidReference, parse, registry_host
-from imagerefresh.rollout import RolloutState
+from imagerefresh.rollout import RolloutProgress, RolloutState
 
 __all__ = ["TargetContext", "TargetOutcome", "plan_target"]
 
@@ -259,8 +261,12 @@ class _Decision:
         if strangers:
             why = f"names containers the policy does not declare ({', '.join(strangers)})"
         elif pending.started_at > self.ctx.now + _CLOCK_SKEW:
-            # A start in the future would never reach its rollout timeout.
+            # A start in the future would never reach its progress deadline.
             why = f"starts in the future ({pending.started_at.isoformat()})"
+        elif (
+            pending.progressed_at is not None and pending.progressed_at > self.ctx.now + _CLOCK_SKEW
+        ):
+            why = f"progressed in the future ({pending.progressed_at.isoformat()})"
         else:
             # The write guard's own rule, applied to both directions of the recorded patch.
             both = (pending, pending.model_copy(update={"images": pending.previous}))
@@ -318,6 +324,7 @@ class _Decision:
         return ", ".join(f"field manager {m!r}" for m in managers)
 
     def _judge_refresh(self, workload: Workload, pending: PendingRefresh) -> TargetOutcome | None:
+        pending = self._track_progress(workload, pending)
         if workload.verdict.settled:
             self._set(
                 pending=None,
@@ -333,18 +340,53 @@ class _Decision:
         if workload.verdict.state is RolloutState.FAILED:
             return self._fail_refresh(workload, pending, workload.verdict.message)
         if self._timed_out(pending):
-            return self._fail_refresh(
-                workload,
-                pending,
-                "it did not settle within rolloutTimeout "
-                f"{format_duration(self.ctx.spec.rollout_timeout)}",
-            )
+            return self._fail_refresh(workload, pending, self._stalled(pending))
         return self._finish(
             Phase.REFRESHING, f"rolling out our refresh: {workload.verdict.message}"
         )
 
+    @property
+    def _rollout_timeout(self) -> timedelta:
+        return self.target.rollout_timeout or self.ctx.spec.rollout_timeout
+
+    def _track_progress(self, workload: Workload, pending: PendingRefresh) -> PendingRefresh:
+        """Record a new high-water mark of the rollout: the progress deadline starts again.
+
+        The first counts seen (once the controller observed the patched spec) are the baseline,
+        not progress: until the rollout moves beyond them the deadline runs from ``startedAt``.
+        """
+        seen = workload.progress
+        if seen is None:
+            return pending
+        mark = pending.progress
+        before = RolloutProgress(mark.updated, mark.available) if mark is not None else None
+        if before is not None and not seen.beyond(before):
+            return pending
+        highest = seen.highest(before)
+        changes: dict[str, object] = {
+            "progress": ProgressMark(updated=highest.updated, available=highest.available)
+        }
+        if before is not None:
+            changes["progressed_at"] = self.ctx.now
+        tracked = pending.model_copy(update=changes)
+        self._set(pending=tracked)
+        return tracked
+
     def _timed_out(self, pending: PendingRefresh) -> bool:
-        return self.ctx.now - pending.started_at > self.ctx.spec.rollout_timeout
+        since = pending.progressed_at or pending.started_at
+        return self.ctx.now - since > self._rollout_timeout
+
+    def _stalled(self, pending: PendingRefresh) -> str:
+        """Why a rollout ran out of time, with what it had reached: the SRE's first question."""
+        timeout = format_duration(self._rollout_timeout)
+        mark = pending.progress
+        reached = (
+            f"; it reached {mark.updated} updated and {mark.available} available"
+            if mark is not None
+            else "; the controller never reported it under way"
+        )
+        since = (pending.progressed_at or pending.started_at).isoformat()
+        return f"it made no progress for rolloutTimeout {timeout} (since {since}){reached}"
 
     def _fail_refresh(self, workload: Workload, pending: PendingRefresh, why: str) -> TargetOutcome:
         attempts = self._count_attempt()
@@ -381,6 +423,7 @@ class _Decision:
         return self._finish(Phase.ROLLING_BACK, detail)
 
     def _judge_rollback(self, workload: Workload, pending: PendingRefresh) -> TargetOutcome | None:
+        pending = self._track_progress(workload, pending)
         restored = ", ".join(f"{n}={i}" for n, i in sorted(pending.images.items()))
         if workload.verdict.settled:
             self._set(pending=None)
@@ -389,11 +432,12 @@ class _Decision:
         if workload.verdict.state is RolloutState.FAILED or self._timed_out(pending):
             # Never roll back a rollback: stop following it; the skip streak takes over.
             self._set(pending=None)
+            failed = workload.verdict.state is RolloutState.FAILED
+            why = workload.verdict.message if failed else self._stalled(pending)
             self._event(
                 "Warning",
                 reasons.ROLLBACK_STALLED,
-                f"the rollback of {self.key} to {restored} has not settled: "
-                f"{workload.verdict.message}",
+                f"the rollback of {self.key} to {restored} has not settled: {why}",
             )
             return None
         message = f"rolling back to {restored}: {workload.verdict.message}"

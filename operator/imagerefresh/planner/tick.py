@@ -2,7 +2,9 @@
 
 :func:`plan_tick` honours a new reset request, decides every target independently (an
 unsettled or broken target never blocks the others), then derives the summary, the
-conditions and the policy-wide events from the targets in one place. The shell applies the
+conditions and the policy-wide events from the targets in one place. A follow-up tick (run
+between interval ticks while a rollout of ours is in flight) decides only the targets with a
+pending patch and keeps every other target's status as it was. The shell applies the
 patches, posts the events and writes the status only if it differs from the one it read.
 """
 
@@ -86,18 +88,29 @@ def revise_target(
     targets = tuple(target if _key(t) == _key(target) else t for t in status.targets)
     # Degraded and RateLimited say what this tick read, which a revision does not change:
     # they are carried over as they are; the rest follows from the revised targets.
-    carried = {
-        c.type: c
-        for c in status.conditions
-        if c.type in (ConditionType.DEGRADED, ConditionType.RATE_LIMITED)
-    }
     derived = derive_conditions(
         targets, policy.spec, TickFlags(), status.conditions, policy.generation, now
     )
-    conditions = tuple(carried.get(c.type, c) for c in derived)
+    conditions = _carry_read_conditions(status.conditions, derived, TickFlags())
     return _summary(policy, targets, conditions).model_copy(
         update={"registries": status.registries, "last_reset": status.last_reset}
     )
+
+
+def _carry_read_conditions(
+    before: tuple[Condition, ...], derived: tuple[Condition, ...], flags: TickFlags
+) -> tuple[Condition, ...]:
+    """``derived``, with Degraded and RateLimited as they were unless ``flags`` raise them.
+
+    Those two say what an interval tick read; a tick that did not read everything again (a
+    revision, a follow-up) keeps them as they were, unless it found trouble of its own.
+    """
+    raised = {
+        ConditionType.DEGRADED: flags.degraded,
+        ConditionType.RATE_LIMITED: flags.rate_limited,
+    }
+    carried = {c.type: c for c in before if c.type in raised and not raised[ConditionType(c.type)]}
+    return tuple(carried.get(c.type, c) for c in derived)
 
 
 def _claimed(
@@ -134,12 +147,14 @@ def plan_tick(tick: TickInput) -> Plan:
     keys = [policy.target_key(index) for index in range(len(spec.targets))]
     outcomes: list[tuple[TargetKey, TargetOutcome]] = []
     for key, target in zip(keys, spec.targets, strict=True):
+        prior = previous.get(key)
+        if tick.follow_up and not reset and prior is not None and prior.pending is None:
+            outcomes.append((key, TargetOutcome(status=prior)))
+            continue
         allowed = tick.namespaces.allows(policy.namespace, key.namespace)
         evidence = tick.evidence.get(key, _NOT_READ)
         claimed = _claimed(key, target, keys, tick)
-        outcomes.append(
-            (key, plan_target(ctx, target, key, previous.get(key), evidence, allowed, claimed))
-        )
+        outcomes.append((key, plan_target(ctx, target, key, prior, evidence, allowed, claimed)))
     targets = tuple(outcome.status for _, outcome in outcomes)
     flags = TickFlags(
         degraded=tuple(str(key) for key, outcome in outcomes if outcome.degraded),
@@ -148,6 +163,8 @@ def plan_tick(tick: TickInput) -> Plan:
     conditions = derive_conditions(
         targets, spec, flags, before.conditions, policy.generation, tick.now
     )
+    if tick.follow_up:
+        conditions = _carry_read_conditions(before.conditions, conditions, flags)
     events: list[Event] = []
     if reset:
         events.append(
