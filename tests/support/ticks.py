@@ -109,9 +109,13 @@ class Tick:
         self,
         targets: Mapping[TargetKey, TargetEvidence],
         budgets: Mapping[tuple[str, str], BudgetSnapshot] | None = None,
+        *,
+        follow_up: bool = False,
     ) -> TickInput:
         view = PolicyView(NS, "control-plane", self.generation, self.spec, self.status, self.reset)
-        return TickInput(view, targets, budgets or {}, self.now, self.namespaces)
+        return TickInput(
+            view, targets, budgets or {}, self.now, self.namespaces, follow_up=follow_up
+        )
 
     def run(
         self,
@@ -119,8 +123,9 @@ class Tick:
         budgets: Mapping[tuple[str, str], BudgetSnapshot] | None = None,
         *,
         advance: timedelta = timedelta(minutes=15),
+        follow_up: bool = False,
     ) -> Plan:
-        plan = plan_tick(self.input(targets, budgets))
+        plan = plan_tick(self.input(targets, budgets, follow_up=follow_up))
         self.status = plan.status
         self.now += advance
         return plan
