@@ -1,55 +1,69 @@
-"""The kopf wiring: when each policy ticks. Deliberately thin — the ticker does the work.
+"""The kopf wiring: which policies exist, and when they changed. Deliberately thin.
 
-kopf timers have one fixed interval per handler, but each policy declares its own
-``spec.interval``; so every policy gets a daemon that ticks, then sleeps until the next instant
-of its interval's grid (:mod:`imagerefresh.runtime.schedule`: policies of one interval tick
-together and share registry answers) — or less, when something worth a prompt tick happens.
-A raw-event handler (which, unlike change handlers, persists nothing on the object) wakes the
-daemon when the spec's generation, the reset annotation or the refresh-now annotation changes.
+kopf reports the policies through one raw-event handler — which, unlike change handlers,
+daemons and timers, persists nothing on the object and puts no finalizer on it — and the
+:class:`~imagerefresh.runtime.scheduler.Scheduler` decides when each ticks: on its interval's
+grid, at once when its spec, reset or refresh-now annotation changes, and every few seconds
+while a rollout of ours is in flight. Deleting a policy, its namespace or the release never
+waits for the operator.
+
+Earlier versions served policies with kopf daemons, which left a finalizer on each policy;
+the event handler removes it (an upgrade must not strand a policy that is being deleted).
 
 Handlers are registered on a registry built by :func:`build_registry`, never at import time;
-kopf's own bookkeeping lives in annotations under ``images.tracebloc.io`` (our CRD's status
-schema has no room for kopf's), and kopf's log-to-event posting is limited to warnings so that
-the operator's own events stay the ones an SRE reads.
+kopf's log-to-event posting is limited to warnings so that the operator's own events stay the
+ones an SRE reads.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
+import structlog
 
-from imagerefresh.kube.errors import KubeError, KubeUnavailable
+from imagerefresh.kube.errors import KubeError
 from imagerefresh.models import PolicySpec, parse_duration
 from imagerefresh.runtime.gather import RESET_ANNOTATION
-from imagerefresh.runtime.schedule import random_phase, seconds_until_next_tick
+from imagerefresh.runtime.schedule import random_phase
+from imagerefresh.runtime.scheduler import Scheduler
 from imagerefresh.runtime.ticker import PolicyTicker
 
-__all__ = ["GROUP", "PLURAL", "REFRESH_NOW_ANNOTATION", "VERSION", "Runtime", "build_registry"]
+__all__ = [
+    "GROUP",
+    "LEGACY_FINALIZER",
+    "PLURAL",
+    "REFRESH_NOW_ANNOTATION",
+    "VERSION",
+    "Runtime",
+    "build_registry",
+]
+
+log = structlog.get_logger(__name__)
 
 GROUP, VERSION, PLURAL = "images.tracebloc.io", "v1alpha1", "imagerefreshpolicies"
 REFRESH_NOW_ANNOTATION = "images.tracebloc.io/refresh-now"
+# What the daemons of earlier versions put on every policy.
+LEGACY_FINALIZER = f"{GROUP}/finalizer"
 DEFAULT_INTERVAL: float = PolicySpec.model_fields["interval"].default.total_seconds()
-RETRY_DELAY = 30.0
 
 
 @dataclass
 class Runtime:
-    """What every handler shares (kopf hands each object a shallow copy: the dicts are shared)."""
+    """What every handler shares (kopf's ``memo``)."""
 
     ticker: PolicyTicker
     phase: float = field(default_factory=random_phase)  # of every policy's tick grid
-    wakeups: dict[str, asyncio.Event] = field(default_factory=dict)
-    triggers: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    follow_period: float = 2.0
+    scheduler: Scheduler = field(init=False)
+    task: asyncio.Task[None] | None = None
 
-    def wakeup(self, uid: str) -> asyncio.Event:
-        return self.wakeups.setdefault(uid, asyncio.Event())
+    def __post_init__(self) -> None:
+        self.scheduler = Scheduler(self.ticker, phase=self.phase, follow_period=self.follow_period)
 
 
 def _interval(body: Mapping[str, Any]) -> float:
@@ -70,65 +84,68 @@ def _trigger(body: Mapping[str, Any]) -> tuple[Any, ...]:
     )
 
 
+async def _drop_legacy_finalizer(runtime: Runtime, body: kopf.Body) -> None:
+    finalizers = list(body.metadata.get("finalizers") or ())
+    if LEGACY_FINALIZER not in finalizers:
+        return
+    namespace, name = body.metadata.namespace or "", body.metadata.name or ""
+    try:
+        await asyncio.to_thread(
+            runtime.ticker.api.remove_policy_finalizer,
+            namespace,
+            name,
+            finalizers.index(LEGACY_FINALIZER),
+            LEGACY_FINALIZER,
+        )
+    except KubeError as error:  # the next event of the policy tries again
+        log.warning(
+            "could not remove the finalizer an earlier version left; grant the operator "
+            "patch on imagerefreshpolicies",
+            policy=f"{namespace}/{name}",
+            error=str(error),
+        )
+    else:
+        log.info("removed the finalizer an earlier version left", policy=f"{namespace}/{name}")
+
+
 def build_registry() -> kopf.OperatorRegistry:
     """A kopf registry with the operator's handlers."""
     registry = kopf.OperatorRegistry()
 
     @kopf.on.startup(registry=registry)
-    def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    async def configure(settings: kopf.OperatorSettings, memo: Runtime, **_: Any) -> None:
+        # Nothing of kopf's is stored on policies: no handler here persists state or needs a
+        # finalizer. Kept under our group in case a future handler does.
         settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
         settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
             prefix=GROUP, key="last-handled-configuration"
         )
-        settings.persistence.finalizer = f"{GROUP}/finalizer"
         settings.posting.level = logging.WARNING
+        memo.task = asyncio.get_running_loop().create_task(memo.scheduler.run())
+
+    @kopf.on.cleanup(registry=registry)
+    async def stop(memo: Runtime, **_: Any) -> None:
+        if memo.task is not None:
+            memo.task.cancel()
+            await asyncio.gather(memo.task, return_exceptions=True)
+        await memo.scheduler.stop()
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
         return kopf.login_via_client(**kwargs)
 
     @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
-    def noticed(body: kopf.Body, type: str | None, memo: Runtime, **_: Any) -> None:
+    async def noticed(body: kopf.Body, type: str | None, memo: Runtime, **_: Any) -> None:
         uid = body.metadata.uid or ""
         if type == "DELETED":
-            memo.triggers.pop(uid, None)
-            memo.wakeups.pop(uid, None)
             memo.ticker.claims.forget(uid)
-            # Its series go with it (SPEC §6). kopf's finalizer holds the deletion until the
-            # daemon has stopped, so no tick of this policy records anything after this.
-            memo.ticker.metrics.forget_policy(
-                body.metadata.namespace or "", body.metadata.name or ""
-            )
+            memo.scheduler.forget(uid)  # and its series go with it (SPEC §6)
             return
-        memo.ticker.claims.update(
-            uid, body.metadata.namespace or "", body.metadata.name or "", body.spec
-        )
-        trigger = _trigger(body)
-        seen = memo.triggers.get(uid)
-        memo.triggers[uid] = trigger
-        # The first sighting is the daemon's own start, which ticks at once anyway.
-        if seen is not None and seen != trigger:
-            memo.wakeup(uid).set()
-
-    @kopf.daemon(GROUP, VERSION, PLURAL, registry=registry, cancellation_timeout=10.0)
-    async def tick_policy(
-        name: str, namespace: str | None, uid: str, body: kopf.Body, memo: Runtime, **_: Any
-    ) -> None:
-        assert namespace is not None  # the CRD is namespaced
-        wake = memo.wakeup(uid)
-        while True:
-            wake.clear()
-            try:
-                await memo.ticker.tick(namespace, name)
-            except KubeUnavailable as error:
-                raise kopf.TemporaryError(
-                    f"the API server is unavailable ({error}); retrying", delay=RETRY_DELAY
-                ) from error
-            except KubeError as error:
-                raise kopf.TemporaryError(f"{error}", delay=RETRY_DELAY) from error
-            # The daemon's body is a live view: a changed interval takes effect at once.
-            delay = seconds_until_next_tick(_interval(body), time.time(), memo.phase)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wake.wait(), timeout=delay)
+        await _drop_legacy_finalizer(memo, body)
+        if body.metadata.get("deletionTimestamp"):
+            return  # going: no new tick for it
+        namespace, name = body.metadata.namespace or "", body.metadata.name or ""
+        memo.ticker.claims.update(uid, namespace, name, body.spec)
+        memo.scheduler.observe(uid, namespace, name, _interval(body), _trigger(body))
 
     return registry

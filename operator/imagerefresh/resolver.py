@@ -9,6 +9,10 @@ in the result, not exceptions: one unreadable reference blocks only the containe
 it — whatever it raised. A registry error is the outcome as it is; anything else (a bug no
 hostile answer should be able to reach, but if it does) becomes a
 :class:`~imagerefresh.registry.RegistryInternalError` for that reference alone, and is logged.
+
+The last answer for each reference is also remembered (for a day), so that a follow-up tick —
+judging a rollout in flight between interval ticks — asks the registry nothing it has already
+answered; only interval ticks ask afresh.
 """
 
 from __future__ import annotations
@@ -35,6 +39,9 @@ __all__ = [
 log = structlog.get_logger(__name__)
 
 DEFAULT_CONCURRENCY_PER_REGISTRY = 4
+# How long a last answer is kept for follow-up ticks: past any interval, so a reference of a
+# deleted policy is forgotten eventually rather than kept for the operator's life.
+REMEMBERED_FOR = 86_400.0
 
 ResolutionOutcome = Resolution | RegistryError
 
@@ -68,25 +75,31 @@ class SharedResolver:
         self.clock = clock
         self._gates: dict[str, asyncio.Semaphore] = {}
         self._recent: dict[ResolutionKey, tuple[float, asyncio.Task[ResolutionOutcome]]] = {}
+        self._last: dict[ResolutionKey, tuple[float, ResolutionOutcome]] = {}
 
     async def _ask(self, key: ResolutionKey) -> ResolutionOutcome:
         host = registry_host(key.reference.domain)
         gate = self._gates.setdefault(host, asyncio.Semaphore(self.concurrency_per_registry))
         async with gate:
-            try:
-                return await self.client.resolve(key.reference, key.credentials)
-            except RegistryError as error:
-                return error
-            except Exception as error:  # the last line: one reference, one outcome
-                reference = str(key.reference)
-                log.exception("resolving a reference failed unexpectedly", reference=reference)
-                return RegistryInternalError(
-                    f"resolving {reference} failed unexpectedly ({type(error).__name__}); this "
-                    "is a bug in imagerefresh — report it with the operator's log. Nothing is "
-                    "pinned on it; other references are unaffected",
-                    registry=host,
-                    reference=reference,
-                )
+            outcome = await self._outcome(key, host)
+        self._last[key] = (self.clock(), outcome)
+        return outcome
+
+    async def _outcome(self, key: ResolutionKey, host: str) -> ResolutionOutcome:
+        try:
+            return await self.client.resolve(key.reference, key.credentials)
+        except RegistryError as error:
+            return error
+        except Exception as error:  # the last line: one reference, one outcome
+            reference = str(key.reference)
+            log.exception("resolving a reference failed unexpectedly", reference=reference)
+            return RegistryInternalError(
+                f"resolving {reference} failed unexpectedly ({type(error).__name__}); this "
+                "is a bug in imagerefresh — report it with the operator's log. Nothing is "
+                "pinned on it; other references are unaffected",
+                registry=host,
+                reference=reference,
+            )
 
     def _task(self, key: ResolutionKey, now: float) -> asyncio.Task[ResolutionOutcome]:
         recent = self._recent.get(key)
@@ -97,19 +110,26 @@ class SharedResolver:
         return task
 
     async def resolve(
-        self, keys: Iterable[ResolutionKey]
+        self, keys: Iterable[ResolutionKey], *, remembered: bool = False
     ) -> dict[ResolutionKey, ResolutionOutcome]:
-        """Resolve each unique key once: the resolution, or the error that blocked it."""
-        now = self.clock()
-        self._forget_before(now - self.window)
-        unique = list(dict.fromkeys(ResolutionKey.of(k.reference, k.credentials) for k in keys))
-        tasks = [self._task(key, now) for key in unique]
-        results = await asyncio.gather(*tasks)
-        return dict(zip(unique, results, strict=True))
+        """Resolve each unique key once: the resolution, or the error that blocked it.
 
-    def _forget_before(self, cutoff: float) -> None:
+        ``remembered``: take the last answer for a key when there is one, whatever its age
+        (a follow-up tick); only keys never asked go to the registry.
+        """
+        now = self.clock()
+        self._forget_before(now - self.window, now - REMEMBERED_FOR)
+        unique = list(dict.fromkeys(ResolutionKey.of(k.reference, k.credentials) for k in keys))
+        known = {k: self._last[k][1] for k in unique if remembered and k in self._last}
+        asked = [key for key in unique if key not in known]
+        results = await asyncio.gather(*(self._task(key, now) for key in asked))
+        return known | dict(zip(asked, results, strict=True))
+
+    def _forget_before(self, cutoff: float, forgotten: float) -> None:
         for key in [k for k, (at, task) in self._recent.items() if task.done() and at < cutoff]:
             del self._recent[key]
+        for key in [k for k, (at, _) in self._last.items() if at < forgotten]:
+            del self._last[key]
 
 
 async def resolve_all(

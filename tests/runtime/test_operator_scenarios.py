@@ -676,7 +676,7 @@ def _tick_times(operator: Operator, policy_key: str) -> list[datetime]:
     return [
         datetime.fromisoformat(r["timestamp"].replace("Z", "+00:00"))
         for r in records
-        if r.get("event") == "tick" and r.get("policy") == policy_key
+        if r.get("event") == "tick" and r.get("policy") == policy_key and not r.get("follow_up")
     ]
 
 

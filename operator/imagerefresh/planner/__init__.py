@@ -20,15 +20,18 @@ from imagerefresh.planner.evidence import (
     Workload,
     running_digest,
 )
+from imagerefresh.planner.follow import NOTHING_IN_FLIGHT, InFlight, in_flight
 from imagerefresh.planner.guard import UnsafePatch, check_patch, unsafe_changes
 from imagerefresh.planner.tick import plan_tick, revise_target
 
 __all__ = [
+    "NOTHING_IN_FLIGHT",
     "OPERATOR_FIELD_MANAGER",
     "DigestOutcome",
     "Event",
     "ImageChange",
     "ImagePatch",
+    "InFlight",
     "LiveContainer",
     "NamespacePolicy",
     "ObservedPod",
@@ -43,6 +46,7 @@ __all__ = [
     "UnsafePatch",
     "Workload",
     "check_patch",
+    "in_flight",
     "plan_tick",
     "revise_target",
     "running_digest",

@@ -180,7 +180,8 @@ def plan_tick(tick: TickInput) -> Plan:
     events += condition_events(before.conditions, conditions)
     status = _summary(policy, targets, conditions).model_copy(
         update={
-            "registries": _registries(dict(tick.budgets)),
+            # A follow-up reads only the rollouts in flight: the budgets it saw are a part.
+            "registries": before.registries if tick.follow_up else _registries(dict(tick.budgets)),
             "last_reset": policy.reset_request if reset else before.last_reset,
         }
     )

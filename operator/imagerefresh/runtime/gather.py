@@ -33,6 +33,7 @@ from imagerefresh.planner import (
     TickInput,
     Unresolved,
     Workload,
+    in_flight,
 )
 from imagerefresh.ratelimit import BudgetSnapshot, RateLimitLedger
 from imagerefresh.reference import InvalidReference, parse, registry_host
@@ -267,9 +268,14 @@ async def gather(
     config: OperatorConfig,
     now: datetime,
     claimed_elsewhere: Mapping[tuple[TargetKey, str], str] | None = None,
+    follow_up: bool = False,
 ) -> Gathered:
     """Everything one tick of ``policy`` decides on (``claimed_elsewhere``: other policies'
-    containers, see :mod:`.claims`)."""
+    containers, see :mod:`.claims`).
+
+    ``follow_up``: a tick between interval ticks that judges only the rollouts in flight —
+    only their workloads are read, and the registry is asked nothing already answered.
+    """
     view = policy_view(policy)
     spec = view.spec
     claims = claimed_elsewhere or {}
@@ -277,6 +283,9 @@ async def gather(
         return Gathered(TickInput(view, {}, {}, now, config.namespaces, claims), {})
     keys = [view.target_key(index) for index in range(len(spec.targets))]
     reachable = [k for k in keys if config.namespaces.allows(view.namespace, k.namespace)]
+    if follow_up:
+        flying = in_flight(spec, view.status, view.namespace).workloads
+        reachable = [k for k in reachable if k in flying]
     reads = await _read_all(api, reachable, config.kube_concurrency)
 
     wanted: dict[tuple[TargetKey, str], ResolutionKey] = {}
@@ -293,7 +302,7 @@ async def gather(
             if container.digest is None and _runs_tracked(read.parsed, container):
                 wanted[(key, container.name)] = ResolutionKey.of(container.tracked, credentials)
     identities, accounts = _identities(chosen)
-    outcomes = await resolver.resolve(wanted.values())
+    outcomes = await resolver.resolve(wanted.values(), remembered=follow_up)
 
     digests: dict[TargetKey, dict[str, DigestOutcome]] = {}
     for (key, name), resolution_key in wanted.items():
@@ -319,4 +328,5 @@ async def gather(
         targets=len(evidence),
         resolutions=len(set(wanted.values())),
     )
-    return Gathered(TickInput(view, evidence, budgets, now, config.namespaces, claims), workloads)
+    tick = TickInput(view, evidence, budgets, now, config.namespaces, claims, follow_up)
+    return Gathered(tick, workloads)

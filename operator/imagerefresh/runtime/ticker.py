@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,7 +19,15 @@ import structlog
 
 from imagerefresh.kube.api import KubeApi
 from imagerefresh.metrics import Metrics
-from imagerefresh.planner import PatchPurpose, Plan, plan_tick
+from imagerefresh.planner import (
+    NOTHING_IN_FLIGHT,
+    InFlight,
+    PatchPurpose,
+    Plan,
+    TargetKey,
+    in_flight,
+    plan_tick,
+)
 from imagerefresh.ratelimit import RateLimitLedger
 from imagerefresh.resolver import SharedResolver
 from imagerefresh.runtime.apply import Applied, apply_plan, mark_unreadable
@@ -41,6 +49,10 @@ def _utcnow() -> datetime:
 class TickOutcome:
     plan: Plan
     applied: Applied | None  # None for a dry planning pass (imagerefresh plan)
+    in_flight: InFlight = NOTHING_IN_FLIGHT  # our rollouts still to be judged
+    # resourceVersion of each in-flight workload as this tick read it: a change since is
+    # worth a follow-up tick.
+    versions: Mapping[TargetKey, str] = field(default_factory=dict)
 
 
 class PolicyTicker:
@@ -61,7 +73,9 @@ class PolicyTicker:
         self.claims = ClaimIndex()  # fed by the watch on policies (handlers)
         self._slots = asyncio.Semaphore(config.tick_concurrency)
 
-    async def _gather(self, policy: dict[str, Any], now: datetime) -> Gathered:
+    async def _gather(
+        self, policy: dict[str, Any], now: datetime, *, follow_up: bool = False
+    ) -> Gathered:
         metadata = policy["metadata"]
         return await gather(
             policy,
@@ -71,6 +85,7 @@ class PolicyTicker:
             config=self.config,
             now=now,
             claimed_elsewhere=self.claims.elsewhere(metadata["namespace"], metadata["name"]),
+            follow_up=follow_up,
         )
 
     async def plan(self, namespace: str, name: str) -> tuple[Gathered, Plan] | None:
@@ -81,8 +96,13 @@ class PolicyTicker:
         gathered = await self._gather(policy, self.clock())
         return gathered, plan_tick(gathered.tick)
 
-    async def tick(self, namespace: str, name: str) -> TickOutcome | None:
+    async def tick(
+        self, namespace: str, name: str, *, follow_up: bool = False
+    ) -> TickOutcome | None:
         """Run one tick of the policy, when a slot is free; None when it no longer exists.
+
+        ``follow_up``: judge only the rollouts in flight, between interval ticks (see
+        :mod:`imagerefresh.planner.follow`).
 
         Policies on one interval tick at the same instant (:mod:`.schedule`); the slots bound
         how many run at once, and so how many ticks' API objects are held in memory at once
@@ -90,9 +110,9 @@ class PolicyTicker:
         whole fleet.
         """
         async with self._slots:
-            return await self._tick(namespace, name)
+            return await self._tick(namespace, name, follow_up)
 
-    async def _tick(self, namespace: str, name: str) -> TickOutcome | None:
+    async def _tick(self, namespace: str, name: str, follow_up: bool) -> TickOutcome | None:
         started = time.monotonic()
         outcome = "error"
         try:
@@ -102,7 +122,7 @@ class PolicyTicker:
                 return None
             now = self.clock()
             try:
-                gathered = await self._gather(policy, now)
+                gathered = await self._gather(policy, now, follow_up=follow_up)
             except PolicyUnreadable as error:
                 outcome = "invalid" if error.part == "spec" else "unreadable_status"
                 await self._unreadable(policy, error, now)
@@ -111,7 +131,13 @@ class PolicyTicker:
             applied = await apply_plan(plan, policy, gathered, self.api, now, self.events)
             self._record(namespace, name, gathered, applied)
             outcome = "ok"
-            return TickOutcome(plan, applied)
+            flying = in_flight(gathered.tick.policy.spec, applied.status, namespace)
+            versions = {
+                key: str(workload["metadata"].get("resourceVersion", ""))
+                for key, workload in gathered.workloads.items()
+                if key in flying.workloads
+            }
+            return TickOutcome(plan, applied, flying, versions)
         finally:
             if outcome == "gone":  # deleted: its series go with it, none are made anew
                 self.metrics.forget_policy(namespace, name)
@@ -165,4 +191,5 @@ class PolicyTicker:
             refused=[str(p.target) for p in applied.refused],
             events=[e.reason for e in applied.events],
             status_written=applied.status_written,
+            follow_up=gathered.tick.follow_up,
         )

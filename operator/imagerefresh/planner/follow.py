@@ -1,0 +1,56 @@
+"""What to follow between interval ticks: the rollouts of ours in flight, and their deadlines.
+
+After a tick, every target whose status holds a ``pending`` patch has a rollout of ours in
+flight (or owed). The shell watches those workloads and ticks again — a follow-up tick, which
+judges only them — as soon as one changes, so that a verdict arrives within seconds of the
+rollout settling or failing rather than at the next interval. A rollout that stops changing
+altogether still needs a verdict once its progress deadline passes: :func:`in_flight` says
+when that is, so the shell can tick then without polling for it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from imagerefresh.models import PolicySpec, PolicyStatus
+from imagerefresh.planner.evidence import TargetKey
+
+__all__ = ["NOTHING_IN_FLIGHT", "InFlight", "in_flight"]
+
+# A deadline is judged strictly after it passes (``now - since > timeout``): tick just past it.
+_PAST_DEADLINE = timedelta(seconds=1)
+
+
+@dataclass(frozen=True, slots=True)
+class InFlight:
+    """The workloads with a rollout of ours in flight, and the earliest verdict that falls due
+    without any change to them (None when nothing is in flight)."""
+
+    workloads: frozenset[TargetKey]
+    deadline: datetime | None
+
+    def __bool__(self) -> bool:
+        return bool(self.workloads)
+
+
+NOTHING_IN_FLIGHT = InFlight(frozenset(), None)
+
+
+def in_flight(spec: PolicySpec, status: PolicyStatus, namespace: str) -> InFlight:
+    """The rollouts a policy's ``status`` says are in flight; ``namespace`` is the policy's."""
+    timeouts = {
+        TargetKey(t.kind, t.namespace or namespace, t.name): t.rollout_timeout
+        or spec.rollout_timeout
+        for t in spec.targets
+    }
+    workloads: set[TargetKey] = set()
+    deadlines: list[datetime] = []
+    for target in status.targets:
+        key = TargetKey(target.kind, target.namespace, target.name)
+        if target.pending is None or key not in timeouts:
+            continue
+        workloads.add(key)
+        since = target.pending.progressed_at or target.pending.started_at
+        deadlines.append(since + timeouts[key] + _PAST_DEADLINE)
+    return InFlight(frozenset(workloads), min(deadlines, default=None))

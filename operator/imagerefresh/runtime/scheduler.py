@@ -1,0 +1,218 @@
+"""When each policy ticks: one scheduler for every policy, and no finalizer on any of them.
+
+kopf's daemons and timers would serve one policy each, but they put a finalizer on every policy
+they serve, so a policy (and its namespace) deleted while the operator is away stays
+``Terminating`` until someone strips it by hand. Instead, kopf only *reports* the policies (a
+raw-event handler, which persists nothing) and this scheduler decides when each one ticks:
+
+- **interval ticks**, on the grid of :mod:`.schedule` (policies of one interval tick together
+  and share registry answers);
+- **prompt ticks**, at once, when a policy is first seen or its spec, reset or refresh-now
+  annotation changes;
+- **follow-up ticks**, while a rollout of ours is in flight (:mod:`imagerefresh.planner.follow`):
+  the in-flight workloads are read every ``follow_period`` seconds (a GET by name, which
+  ``resourceNames`` RBAC allows) and a change of their ``resourceVersion`` — the controller
+  reporting progress, completion or failure — ticks the policy within that period; a rollout
+  that stops changing is ticked once its progress deadline passes. A follow-up judges only the
+  rollouts in flight and asks the registry nothing new.
+
+A tick that fails on the API server is retried after ``retry_delay`` seconds; the loop itself
+never dies of one policy's error. Ticks run as tasks bounded by the ticker's slots.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+
+import structlog
+
+from imagerefresh.kube.errors import KubeError
+from imagerefresh.planner import NOTHING_IN_FLIGHT, InFlight, TargetKey
+from imagerefresh.runtime.schedule import seconds_until_next_tick
+from imagerefresh.runtime.ticker import PolicyTicker, TickOutcome
+
+__all__ = ["Scheduler"]
+
+log = structlog.get_logger(__name__)
+
+DEFAULT_FOLLOW_PERIOD = 2.0
+DEFAULT_RETRY_DELAY = 30.0
+
+
+@dataclass
+class _Policy:
+    """What the scheduler keeps of one policy between its ticks."""
+
+    namespace: str
+    name: str
+    interval: float
+    trigger: Hashable
+    due: float = 0.0  # the next interval tick (epoch seconds); 0: at once
+    follow_due: float | None = None  # the next follow-up tick, if one is owed
+    in_flight: InFlight = NOTHING_IN_FLIGHT
+    versions: dict[TargetKey, str] = field(default_factory=dict)
+    running: asyncio.Task[None] | None = None
+    gone: bool = False
+
+    @property
+    def label(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    def next_tick(self) -> tuple[float, bool]:
+        """When this policy ticks next, and whether that tick is a follow-up."""
+        if self.follow_due is not None and self.follow_due < self.due:
+            return self.follow_due, True
+        return self.due, False
+
+
+class Scheduler:
+    """Ticks every policy it has been told about, at its time (see the module docs)."""
+
+    def __init__(
+        self,
+        ticker: PolicyTicker,
+        *,
+        phase: float,
+        follow_period: float = DEFAULT_FOLLOW_PERIOD,
+        retry_delay: float = DEFAULT_RETRY_DELAY,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.ticker, self.phase, self.clock = ticker, phase, clock
+        self.follow_period, self.retry_delay = follow_period, retry_delay
+        self._policies: dict[str, _Policy] = {}
+        self._changed = asyncio.Event()
+        self._next_poll = 0.0
+
+    # --- what kopf reports ------------------------------------------------------------------
+
+    def observe(
+        self, uid: str, namespace: str, name: str, interval: float, trigger: Hashable
+    ) -> None:
+        """A policy exists (or changed): the first sighting and a new trigger tick at once."""
+        policy = self._policies.get(uid)
+        if policy is None:
+            self._policies[uid] = _Policy(namespace, name, interval, trigger)
+        else:
+            if policy.trigger != trigger:
+                policy.trigger, policy.due = trigger, 0.0
+            if policy.interval != interval:
+                policy.interval = interval
+                policy.due = min(policy.due, self._grid_after(interval, self.clock()))
+        self._changed.set()
+
+    def forget(self, uid: str) -> None:
+        """The policy is gone: no tick of it starts again (one running finishes as ``gone``)."""
+        policy = self._policies.pop(uid, None)
+        if policy is not None:
+            policy.gone = True
+            self.ticker.metrics.forget_policy(policy.namespace, policy.name)
+
+    # --- the loop ---------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Tick policies as they fall due, forever (cancel to stop)."""
+        while True:
+            self._changed.clear()
+            now = self.clock()
+            for policy in list(self._policies.values()):
+                when, follow_up = policy.next_tick()
+                if policy.running is None and when <= now:
+                    policy.running = asyncio.create_task(self._tick(policy, follow_up))
+            if now >= self._next_poll:
+                self._next_poll = now + self.follow_period
+                await self._poll()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), timeout=self._sleep(now))
+
+    async def stop(self) -> None:
+        """Cancel the ticks in flight (kopf's cleanup)."""
+        running = [p.running for p in self._policies.values() if p.running is not None]
+        for task in running:
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
+
+    def _sleep(self, now: float) -> float:
+        waits = [
+            policy.next_tick()[0] - now
+            for policy in self._policies.values()
+            if policy.running is None
+        ]
+        if any(policy.in_flight for policy in self._policies.values()):
+            waits.append(self._next_poll - now)
+        return max(0.05, min(waits, default=3600.0))
+
+    def _grid_after(self, interval: float, now: float) -> float:
+        return now + seconds_until_next_tick(interval, now, self.phase)
+
+    async def _tick(self, policy: _Policy, follow_up: bool) -> None:
+        started = self.clock()
+        if not follow_up:
+            policy.due = self._grid_after(policy.interval, started)
+        try:
+            outcome = await self.ticker.tick(policy.namespace, policy.name, follow_up=follow_up)
+        except KubeError as error:
+            log.warning(
+                "tick failed; retrying",
+                policy=policy.label,
+                error=str(error),
+                retry_in=self.retry_delay,
+            )
+            policy.due = min(policy.due, started + self.retry_delay)
+            outcome = None
+        except Exception:  # one policy's bug must not stop every other policy's ticks
+            log.exception("tick failed unexpectedly; retrying", policy=policy.label)
+            policy.due = min(policy.due, started + self.retry_delay)
+            outcome = None
+        finally:
+            policy.running = None
+            self._changed.set()
+        if policy.gone:  # deleted while it ticked: nothing it recorded may outlive it
+            self.ticker.metrics.forget_policy(policy.namespace, policy.name)
+            return
+        self._follow(policy, outcome)
+
+    def _follow(self, policy: _Policy, outcome: TickOutcome | None) -> None:
+        """Start, continue or stop following the policy's rollouts after a tick."""
+        policy.in_flight = outcome.in_flight if outcome is not None else NOTHING_IN_FLIGHT
+        policy.versions = dict(outcome.versions) if outcome is not None else {}
+        deadline = policy.in_flight.deadline
+        # Never sooner than one period: a deadline the planner did not (yet) act on must not
+        # spin the loop.
+        policy.follow_due = (
+            max(deadline.timestamp(), self.clock() + self.follow_period)
+            if deadline is not None
+            else None
+        )
+
+    async def _poll(self) -> None:
+        """Read the in-flight workloads; a changed one makes its policy's follow-up due now."""
+        following = [
+            policy
+            for policy in self._policies.values()
+            if policy.in_flight and policy.running is None
+        ]
+        for policy in following:
+            changed = await self._changed_workloads(policy)
+            if changed:
+                log.debug("rollout moved", policy=policy.label, workloads=changed)
+                policy.follow_due = self.clock()
+
+    async def _changed_workloads(self, policy: _Policy) -> list[str]:
+        changed = []
+        api = self.ticker.api
+        for key in sorted(policy.in_flight.workloads):
+            try:
+                workload = await asyncio.to_thread(
+                    api.read_workload, key.kind, key.namespace, key.name
+                )
+            except KubeError as error:
+                log.debug("following a rollout: read failed", workload=str(key), error=str(error))
+                continue
+            version = str((workload or {}).get("metadata", {}).get("resourceVersion", ""))
+            if version != policy.versions.get(key):
+                changed.append(str(key))
+        return changed
