@@ -215,31 +215,29 @@ class Demo:
         return self.get("irp", "-n", CP, "control-plane").get("status") or {}
 
     def wait(
-        self,
-        what: str,
-        check: Callable[[dict[str, Any]], bool],
-        timeout: float = 90,
-        poke: bool = True,
+        self, what: str, check: Callable[[dict[str, Any]], bool], timeout: float = 90
     ) -> dict[str, Any]:
+        """Wait for the operator — never poking it: it follows rollouts by itself."""
         deadline = time.monotonic() + timeout
-        bump = 0
         while time.monotonic() < deadline:
             status = self.status()
             if status and check(status):
                 return status
-            if poke:  # ask for a prompt tick instead of waiting out the 15m interval
-                bump += 1
-                self.kubectl(
-                    "annotate",
-                    "--overwrite",
-                    "-n",
-                    CP,
-                    "irp",
-                    "control-plane",
-                    f"images.tracebloc.io/refresh-now=demo-{time.time():.0f}-{bump}",
-                )
-            time.sleep(1.5)
+            time.sleep(1)
         raise RuntimeError(f"timed out waiting for {what}")
+
+    def refresh_now(self) -> None:
+        """Ask for one tick now (what a release pipeline does after pushing a build),
+        instead of waiting out the 15m interval."""
+        self.kubectl(
+            "annotate",
+            "--overwrite",
+            "-n",
+            CP,
+            "irp",
+            "control-plane",
+            f"images.tracebloc.io/refresh-now=demo-{time.time():.0f}",
+        )
 
     def show_irp(self) -> None:
         detail(self.kubectl("get", "irp", "-n", CP).rstrip().replace("\n", "\n    "))
@@ -314,11 +312,16 @@ class Demo:
             "tracebloc/jobs-manager", "prod", seed="jobs-manager-2", kind="oci-index"
         )
         detail(f"{fresh.reference} → {fresh.digest[:19]}…")
+        detail("annotating the policy refresh-now, as a release pipeline would (else: next tick)")
+        self.refresh_now()
         status = self.wait("the refresh to start", lambda s: s.get("phase") == "Refreshing")
         for target in status["targets"]:
             if target.get("pending"):
                 detail(f"tick: {target['name']}: {target['message']}")
-        say("Following the rollouts (settled exactly as `kubectl rollout status` judges it)")
+        say(
+            "Following the rollouts as they happen (settled exactly as `kubectl rollout status` "
+            "judges it), with no further tick asked for"
+        )
         status = self.wait("the rollouts to settle", lambda s: s.get("phase") == "Current")
         images = self.get("deployment", "-n", CP, "jobs-manager")["spec"]["template"]["spec"][
             "containers"

@@ -165,3 +165,39 @@ async def test_policies_ticking_within_the_window_share_one_request_and_join_in_
         await shared.resolve([key])
         heads = [r for r in hub_front.served if r.method == "HEAD" and r.status == 200]
         assert len(heads) == 2
+
+
+async def test_a_follow_up_takes_the_last_answer_whatever_its_age_and_asks_only_new_keys(
+    hub_front: HubFront, pusher: ImagePusher
+) -> None:
+    first = pusher.push("remember/app", "prod", seed="r1")
+    pusher.push("remember/new", "prod", seed="r-new")
+    key = ResolutionKey.of(parse(f"{hub_front.host}/remember/app:prod"))
+    new = ResolutionKey.of(parse(f"{hub_front.host}/remember/new:prod"))
+    missing = ResolutionKey.of(parse(f"{hub_front.host}/remember/missing:prod"))
+
+    def heads() -> int:
+        return len([r for r in hub_front.served if r.method == "HEAD" and r.status != 401])
+
+    clock = Clock()
+    async with RegistryClient(insecure_registries=[hub_front.host]) as client:
+        shared = SharedResolver(client, window=0, clock=clock)
+        await shared.resolve([key, missing])  # an interval tick
+        assert heads() == 2
+        pusher.push("remember/app", "prod", seed="r2")  # the tag moves meanwhile
+        clock.now = 600.0
+        remembered = await shared.resolve([key, missing, new], remembered=True)
+        assert heads() == 3  # only the key never asked went to the registry
+        answer = remembered[key]
+        assert isinstance(answer, Resolution)
+        assert answer.digest == first.digest  # the answer of the interval tick, as it was
+        assert isinstance(remembered[missing], ManifestNotFound)
+        # An interval tick asks afresh and sees the moved tag.
+        fresh = await shared.resolve([key])
+        assert heads() == 4
+        assert isinstance(fresh[key], Resolution)
+        assert fresh[key].digest != first.digest
+        # Past a day, a remembered answer is forgotten: the registry is asked again.
+        clock.now = 600.0 + 86_401
+        await shared.resolve([missing], remembered=True)
+        assert heads() == 5

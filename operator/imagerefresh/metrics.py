@@ -91,6 +91,12 @@ class Metrics:
             ["namespace", "policy", "outcome"],
             registry=r,
         )
+        self.follow_ups = Counter(
+            "imagerefresh_follow_up_ticks",
+            "Ticks between interval ticks that judged only the rollouts in flight",
+            ["namespace", "policy", "outcome"],
+            registry=r,
+        )
         self.last_tick = Gauge(
             "imagerefresh_last_tick_timestamp_seconds",
             "When a policy last ticked",
@@ -132,6 +138,7 @@ class Metrics:
             self.locked,
             self.tick_duration,
             self.ticks,
+            self.follow_ups,
             self.last_tick,
             self.condition,
             self.status_writes,

@@ -18,98 +18,22 @@ import httpx
 import pytest
 
 from support.cluster_env import Cluster, eventually
-from support.operator_env import Operator, kwok_pod_template
+from support.operator_env import Operator
 from support.registry_env import ImagePusher
+from support.scenario import (
+    condition,
+    deployment,
+    event_reasons,
+    images,
+    policy,
+    running_good_digest_with_bad_next,
+    settle,
+    status,
+    target,
+    target_status,
+)
 
 pytestmark = pytest.mark.cluster
-
-
-def deployment(
-    name: str,
-    containers: dict[str, str],
-    *,
-    replicas: int = 2,
-    annotations: dict[str, str] | None = None,
-    **spec: Any,
-) -> dict[str, Any]:
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": name}},
-            "template": kwok_pod_template(containers, annotations, {"app": name}),
-            **spec,
-        },
-    }
-
-
-def policy(name: str, *targets: dict[str, Any], **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "images.tracebloc.io/v1alpha1",
-        "kind": "ImageRefreshPolicy",
-        "metadata": {"name": name},
-        "spec": {"targets": list(targets), **spec},
-    }
-
-
-def target(name: str, kind: str = "Deployment", **containers: str) -> dict[str, Any]:
-    return {
-        "kind": kind,
-        "name": name,
-        "containers": [{"name": n, "image": i} for n, i in containers.items()],
-    }
-
-
-def images(cluster: Cluster, namespace: str, name: str) -> dict[str, str]:
-    obj = cluster.get("deployment", name, "-n", namespace)
-    return {c["name"]: c["image"] for c in obj["spec"]["template"]["spec"]["containers"]}
-
-
-def status(cluster: Cluster, namespace: str, name: str = "control-plane") -> dict[str, Any]:
-    return cluster.get("irp", name, "-n", namespace).get("status") or {}
-
-
-def target_status(cluster: Cluster, namespace: str, workload: str) -> dict[str, Any]:
-    return next(t for t in status(cluster, namespace)["targets"] if t["name"] == workload)
-
-
-def condition(cluster: Cluster, namespace: str, kind: str) -> dict[str, Any]:
-    return next(c for c in status(cluster, namespace)["conditions"] if c["type"] == kind)
-
-
-def event_reasons(cluster: Cluster, namespace: str, involved: str, *expected: str) -> list[str]:
-    """The reasons of the events about ``involved``, once each ``expected`` one has arrived
-    (as often as it is listed): a tick posts its events in the background."""
-
-    def arrived() -> list[str] | None:
-        events = cluster.get(
-            "events", "-n", namespace, "--field-selector", f"involvedObject.name={involved}"
-        )
-        reasons = [e["reason"] for e in events["items"]]
-        missing = any(reasons.count(r) < expected.count(r) for r in expected)
-        return None if missing else reasons
-
-    return eventually(arrived, timeout=30, what=f"events {expected} about {involved}")
-
-
-def settle(
-    operator: Operator,
-    cluster: Cluster,
-    namespace: str,
-    workload: str,
-    phase: str = "Current",
-    timeout: float = 60,
-) -> dict[str, Any]:
-    """Tick until the target reaches ``phase`` (a rollout takes a few ticks to be judged)."""
-
-    def reached() -> dict[str, Any] | None:
-        operator.tick(namespace, "control-plane")
-        found = target_status(cluster, namespace, workload)
-        return found if found["phase"] == phase else None
-
-    return eventually(reached, timeout=timeout, what=f"{workload} to become {phase}", interval=0.5)
 
 
 def test_a_new_digest_is_pinned_into_both_containers_in_one_rollout_and_settles(
@@ -382,25 +306,6 @@ def test_a_never_ready_target_freezes_while_the_others_refresh_and_thaws_when_it
     assert target_status(cluster, ns, "stuck")["skipStreak"] == 0
     assert condition(cluster, ns, "Frozen")["status"] == "False"
     assert operator.metric("imagerefresh_target_frozen", **labels) == 0
-
-
-def running_good_digest_with_bad_next(
-    cluster: Cluster, pusher: ImagePusher, ns: str, reg: str, seed: str, **spec: Any
-) -> tuple[str, str]:
-    """Deployment `app` settled on a good digest; pods of the returned bad digest never get Ready.
-
-    The tag ends on the good digest; re-pushing ``<seed>-bad`` moves it to the bad one.
-    """
-    bad = pusher.push(f"{ns}/app", "prod", seed=f"{seed}-bad")
-    good = pusher.push(f"{ns}/app", "prod", seed=f"{seed}-good")
-    pinned_good = f"{reg}/{ns}/app@{good.digest}"
-    annotations = {"imagerefresh.test/never-ready-image": bad.digest}
-    cluster.apply(
-        deployment("app", {"app": pinned_good}, replicas=1, annotations=annotations, **spec),
-        namespace=ns,
-    )
-    cluster.kubectl("rollout", "status", "-n", ns, "deployment/app", "--timeout=60s")
-    return bad.digest, pinned_good
 
 
 def test_a_refresh_that_never_becomes_ready_is_rolled_back_counted_and_locked_until_reset(

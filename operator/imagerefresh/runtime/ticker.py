@@ -141,6 +141,8 @@ class PolicyTicker:
         finally:
             if outcome == "gone":  # deleted: its series go with it, none are made anew
                 self.metrics.forget_policy(namespace, name)
+            elif follow_up:  # not a tick of the interval: the interval's series stay its own
+                self.metrics.follow_ups.labels(namespace, name, outcome).inc()
             else:
                 elapsed = time.monotonic() - started
                 self.metrics.tick_duration.labels(namespace, name).observe(elapsed)

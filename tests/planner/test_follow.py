@@ -1,0 +1,69 @@
+"""imagerefresh.planner.follow: which rollouts the shell follows, and when a verdict falls due."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from imagerefresh.models import PendingRefresh, Phase, PolicyStatus, TargetStatus
+from imagerefresh.planner import NOTHING_IN_FLIGHT, TargetKey, in_flight
+
+from support.ticks import NS, T0, digest, spec, target
+
+IMAGE = "tracebloc/jobs-manager"
+
+
+def status(
+    name: str, *, started: timedelta | None, progressed: timedelta | None = None
+) -> TargetStatus:
+    pending = (
+        PendingRefresh(
+            images={"api": f"{IMAGE}@{digest(2)}"},
+            previous={"api": f"{IMAGE}@{digest(1)}"},
+            started_at=T0 + started,
+            progressed_at=T0 + progressed if progressed is not None else None,
+        )
+        if started is not None
+        else None
+    )
+    return TargetStatus(
+        kind="Deployment", namespace=NS, name=name, phase=Phase.CURRENT, pending=pending
+    )
+
+
+def test_only_targets_with_a_pending_patch_are_followed_and_the_earliest_deadline_wins() -> None:
+    policy = spec(
+        target("a", api=f"{IMAGE}:prod"),
+        target("b", api=f"{IMAGE}:prod"),
+        target("c", api=f"{IMAGE}:prod"),
+        rolloutTimeout="10m",
+    )
+    policy_status = PolicyStatus(
+        targets=(
+            status("a", started=timedelta(minutes=0), progressed=timedelta(minutes=4)),
+            status("b", started=timedelta(minutes=2)),
+            status("c", started=None),
+        )
+    )
+    flying = in_flight(policy, policy_status, NS)
+    assert flying.workloads == {TargetKey("Deployment", NS, "a"), TargetKey("Deployment", NS, "b")}
+    # b: started at +2m, no progress since → due just past +12m (a's is +14m).
+    assert flying.deadline == T0 + timedelta(minutes=12, seconds=1)
+
+
+def test_a_target_override_sets_its_deadline_and_nothing_pending_is_nothing_in_flight() -> None:
+    overriding = target("a", api=f"{IMAGE}:prod")
+    overriding["rolloutTimeout"] = "30m"
+    policy = spec(overriding, rolloutTimeout="10m")
+    flying = in_flight(policy, PolicyStatus(targets=(status("a", started=timedelta(0)),)), NS)
+    assert flying.deadline == T0 + timedelta(minutes=30, seconds=1)
+    assert (
+        in_flight(policy, PolicyStatus(targets=(status("a", started=None),)), NS)
+        == NOTHING_IN_FLIGHT
+    )
+    assert not NOTHING_IN_FLIGHT
+
+
+def test_a_status_entry_for_a_workload_the_spec_no_longer_declares_is_not_followed() -> None:
+    policy = spec(target("a", api=f"{IMAGE}:prod"))
+    stray = PolicyStatus(targets=(status("removed", started=timedelta(0)),))
+    assert in_flight(policy, stray, NS) == NOTHING_IN_FLIGHT
