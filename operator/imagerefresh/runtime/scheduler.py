@@ -111,6 +111,10 @@ class Scheduler:
             policy.gone = True
             self.ticker.metrics.forget_policy(policy.namespace, policy.name)
 
+    def wake(self) -> None:
+        """Look at every policy's time again now (a clock that moved, a test)."""
+        self._changed.set()
+
     # --- the loop ---------------------------------------------------------------------------
 
     async def run(self) -> None:

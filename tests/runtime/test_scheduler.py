@@ -1,0 +1,186 @@
+"""imagerefresh.runtime.scheduler: when each policy ticks, on a clock the test moves.
+
+A narrow unit test of the shell's timing rules (the ticker is a stand-in that records its
+calls); the real operator's behaviour is in test_rollout_following and test_operator_scenarios.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from imagerefresh.kube.errors import KubeUnavailable
+from imagerefresh.planner import InFlight, TargetKey
+from imagerefresh.runtime.scheduler import Scheduler
+from imagerefresh.runtime.ticker import TickOutcome
+
+INTERVAL = 900.0
+APP = TargetKey("Deployment", "ns", "app")  # type: ignore[arg-type]
+
+
+class Clock:
+    now = 1_000_000.0  # on the grid of phase 0 and a 900 s interval: 1111·900 + 100
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass
+class Api:
+    version: str = "1"
+    reads: int = 0
+
+    def read_workload(self, kind: str, namespace: str, name: str) -> dict[str, Any]:
+        self.reads += 1
+        return {"metadata": {"resourceVersion": self.version}}
+
+
+@dataclass
+class Metrics:
+    forgotten: list[tuple[str, str]] = field(default_factory=list)
+
+    def forget_policy(self, namespace: str, name: str) -> None:
+        self.forgotten.append((namespace, name))
+
+
+@dataclass
+class Ticker:
+    api: Api = field(default_factory=Api)
+    metrics: Metrics = field(default_factory=Metrics)
+    calls: list[bool] = field(default_factory=list)  # follow_up of each tick
+    next: list[object] = field(default_factory=list)  # outcomes (or errors) to hand out
+
+    async def tick(self, namespace: str, name: str, *, follow_up: bool = False) -> Any:
+        self.calls.append(follow_up)
+        result = self.next.pop(0) if self.next else None
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+
+def flying(deadline: float | None) -> TickOutcome:
+    when = datetime.fromtimestamp(deadline, UTC) if deadline is not None else None
+    return TickOutcome(None, None, InFlight(frozenset({APP}), when), {APP: "1"})  # type: ignore[arg-type]
+
+
+@pytest.fixture
+async def running() -> AsyncIterator[tuple[Scheduler, Ticker, Clock]]:
+    ticker, clock = Ticker(), Clock()
+    scheduler = Scheduler(ticker, phase=0.0, follow_period=2.0, retry_delay=30.0, clock=clock)  # type: ignore[arg-type]
+    task = asyncio.create_task(scheduler.run())
+    yield scheduler, ticker, clock
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+async def at(scheduler: Scheduler, clock: Clock, now: float) -> None:
+    """Move the clock and give the loop a moment (enough for what must NOT happen)."""
+    clock.now = now
+    scheduler.wake()
+    for _ in range(10):
+        await asyncio.sleep(0.005)
+
+
+async def until(check: Callable[[], bool]) -> None:
+    """What MUST happen: wait for it, generously (a loaded machine is slow, never wrong)."""
+    for _ in range(1000):
+        if check():
+            return
+        await asyncio.sleep(0.01)
+    assert check()
+
+
+async def test_a_policy_ticks_when_first_seen_then_on_its_grid_and_at_once_on_a_new_trigger(
+    running: tuple[Scheduler, Ticker, Clock],
+) -> None:
+    scheduler, ticker, clock = running
+    scheduler.observe("uid", "ns", "p", INTERVAL, ("gen", 1))
+    await at(scheduler, clock, clock.now)
+    await until(lambda: ticker.calls == [False])
+    grid = 1_000_800.0  # the next multiple of 900 s after 1,000,000
+    await at(scheduler, clock, grid - 1)
+    assert ticker.calls == [False]
+    await at(scheduler, clock, grid)
+    await until(lambda: ticker.calls == [False, False])
+    scheduler.observe("uid", "ns", "p", INTERVAL, ("gen", 1))  # the same: nothing
+    await at(scheduler, clock, grid + 5)
+    assert ticker.calls == [False, False]
+    scheduler.observe("uid", "ns", "p", INTERVAL, ("gen", 2))
+    await at(scheduler, clock, grid + 6)
+    await until(lambda: ticker.calls == [False, False, False])
+
+
+async def test_a_failed_tick_is_retried_after_the_retry_delay_not_before(
+    running: tuple[Scheduler, Ticker, Clock],
+) -> None:
+    scheduler, ticker, clock = running
+    ticker.next = [KubeUnavailable("down"), RuntimeError("a bug")]
+    start = clock.now
+    scheduler.observe("uid", "ns", "p", INTERVAL, 1)
+    await at(scheduler, clock, start)
+    await until(lambda: len(ticker.calls) == 1)
+    await at(scheduler, clock, start + 29)
+    assert len(ticker.calls) == 1
+    await at(scheduler, clock, start + 30)
+    await until(lambda: len(ticker.calls) == 2)  # and an unexpected error is retried the same way
+    await at(scheduler, clock, start + 60)
+    await until(lambda: len(ticker.calls) == 3)
+
+
+async def test_a_rollout_in_flight_is_followed_when_its_workload_changes(
+    running: tuple[Scheduler, Ticker, Clock],
+) -> None:
+    scheduler, ticker, clock = running
+    start = clock.now
+    ticker.next = [flying(deadline=start + 600)]
+    scheduler.observe("uid", "ns", "p", INTERVAL, 1)
+    await at(scheduler, clock, start)
+    await until(lambda: len(ticker.calls) == 1)
+    for step in range(1, 4):  # unchanged: read every period, no tick
+        await at(scheduler, clock, start + 2 * step)
+    assert ticker.calls == [False]
+    await until(lambda: ticker.api.reads >= 2)
+    ticker.api.version = "2"  # the controller reported progress
+    ticker.next = [None]  # the follow-up judged it: nothing in flight any more
+    await at(scheduler, clock, start + 8)
+    await until(lambda: ticker.calls == [False, True])
+    reads = ticker.api.reads
+    await at(scheduler, clock, start + 20)
+    assert ticker.api.reads == reads  # nothing in flight: nothing read
+
+
+async def test_a_rollout_that_stops_changing_is_judged_at_its_deadline_and_never_spins(
+    running: tuple[Scheduler, Ticker, Clock],
+) -> None:
+    scheduler, ticker, clock = running
+    start = clock.now
+    stale = start + 60
+    ticker.next = [flying(deadline=stale), flying(deadline=stale)]  # the planner did not act
+    scheduler.observe("uid", "ns", "p", INTERVAL, 1)
+    await at(scheduler, clock, start)
+    await until(lambda: len(ticker.calls) == 1)
+    await at(scheduler, clock, stale - 1)
+    assert ticker.calls == [False]
+    await at(scheduler, clock, stale)
+    await until(lambda: ticker.calls == [False, True])
+    await at(scheduler, clock, stale + 1)  # the same deadline again: not before a period
+    assert ticker.calls == [False, True]
+    await at(scheduler, clock, stale + 2)
+    await until(lambda: ticker.calls == [False, True, True])
+
+
+async def test_a_forgotten_policy_never_ticks_again_and_its_series_go(
+    running: tuple[Scheduler, Ticker, Clock],
+) -> None:
+    scheduler, ticker, clock = running
+    scheduler.observe("uid", "ns", "p", INTERVAL, 1)
+    await at(scheduler, clock, clock.now)
+    scheduler.forget("uid")
+    await at(scheduler, clock, clock.now + 10 * INTERVAL)
+    assert ticker.calls == [False]
+    assert ticker.metrics.forgotten == [("ns", "p")]
