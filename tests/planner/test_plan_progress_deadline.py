@@ -214,3 +214,24 @@ def test_a_follow_up_tick_gives_the_verdict_of_a_rollout_that_settled() -> None:
     status = tick.target("resource-monitor", "DaemonSet", AGENTS)
     assert (status.phase, status.pending) == (Phase.CURRENT, None)
     assert [e.reason for e in plan.events if e.reason == "Refreshed"] == ["Refreshed"]
+
+
+def test_a_follow_up_rolls_back_but_starts_no_refresh_the_next_interval_tick_retries() -> None:
+    tick = rolling()
+    step(tick, MINUTE, 1, 1, follow_up=True)
+    failed = step(tick, 3 * MINUTE + timedelta(seconds=1), 1, 1, follow_up=True)
+    assert (failed.phase, failed.pending.purpose) == (Phase.ROLLING_BACK, PatchPurpose.ROLLBACK)
+    back = nodes(10, 10, image=f"{RM_REPO}@{D1}", generation=3)
+    tick.now = T0 + 4 * MINUTE
+    plan = tick.run(
+        {MONITOR: evidence(back, digests={"monitor": D2})}, advance=timedelta(0), follow_up=True
+    )
+    waiting = tick.target("resource-monitor", "DaemonSet", AGENTS)
+    assert plan.patches == ()
+    assert (waiting.phase, waiting.pending, waiting.refresh_attempts) == (Phase.WAITING, None, 1)
+    assert "the refresh starts at the next tick" in waiting.message
+    assert [e.reason for e in plan.events] == ["RolledBack"]
+    tick.now = T0 + 15 * MINUTE
+    plan = tick.run({MONITOR: evidence(back, digests={"monitor": D2})}, advance=timedelta(0))
+    assert [p.purpose for p in plan.patches] == [PatchPurpose.REFRESH]
+    assert tick.target("resource-monitor", "DaemonSet", AGENTS).phase is Phase.REFRESHING

@@ -18,6 +18,7 @@ from support.operator_env import Operator, kwok_pod_template
 from support.registry_env import ImagePusher
 from support.scenario import (
     deployment,
+    event_messages,
     event_reasons,
     images,
     policy,
@@ -90,7 +91,7 @@ def test_a_refresh_is_judged_when_its_rollout_settles_without_an_interval_tick(
     current = reaches(cluster, ns, "app", "Current")
     assert images(cluster, ns, "app") == {"app": f"{reg}/{ns}/app@{new.digest}"}
     assert (current["refreshAttempts"], current.get("pending")) == (0, None)
-    event_reasons(cluster, ns, "app", "Refreshing", "Refreshed")
+    event_reasons(cluster, ns, "app", "Refreshing", "Refreshed", timeout=VERDICT_TIMEOUT)
     assert interval_ticks(operator, ns) == 1  # the policy's first tick, and no other
     assert follow_ups(operator, ns) >= 1
 
@@ -105,16 +106,15 @@ def test_a_stalled_refresh_fails_and_is_rolled_back_without_an_interval_tick(
         policy("control-plane", target("app", app=f"{reg}/{ns}/app:prod"), rolloutTimeout="30s"),
         namespace=ns,
     )
-    reasons = event_reasons(cluster, ns, "app", "RefreshFailed", "RollingBack", "RolledBack")
+    reasons = event_reasons(
+        cluster, ns, "app", "RefreshFailed", "RollingBack", "RolledBack", timeout=VERDICT_TIMEOUT
+    )
     assert reasons.count("RefreshFailed") == 1
     assert images(cluster, ns, "app") == {"app": pinned_good}
     found = target_status(cluster, ns, "app")
     assert found["refreshAttempts"] == 1
-    assert "made no progress for rolloutTimeout 30s" in " ".join(
-        e["message"]
-        for e in cluster.get("events", "-n", ns)["items"]
-        if e["reason"] == "RefreshFailed"
-    )
+    (failed,) = event_messages(cluster, ns, "app", "RefreshFailed")
+    assert "made no progress for rolloutTimeout 30s" in failed
     assert interval_ticks(operator, ns) == 1
 
 
@@ -173,12 +173,8 @@ def test_the_same_daemonset_stalled_fails_after_rollout_timeout_without_progress
         ),
         namespace=ns,
     )
-    event_reasons(cluster, ns, "agents", "RefreshFailed", "RollingBack")
-    failed = [
-        e["message"]
-        for e in cluster.get("events", "-n", ns)["items"]
-        if e["reason"] == "RefreshFailed"
-    ]
+    event_reasons(cluster, ns, "agents", "RefreshFailed", "RollingBack", timeout=VERDICT_TIMEOUT)
+    failed = event_messages(cluster, ns, "agents", "RefreshFailed")
     assert len(failed) == 1
     assert "made no progress for rolloutTimeout 30s" in failed[0]
     eventually(

@@ -21,7 +21,7 @@ async def test_no_more_ticks_run_at_once_than_the_configured_slots() -> None:
     )
     running, most = 0, 0
 
-    async def one_tick(namespace: str, name: str) -> TickOutcome | None:
+    async def one_tick(namespace: str, name: str, follow_up: bool) -> TickOutcome | None:
         nonlocal running, most
         running += 1
         most = max(most, running)

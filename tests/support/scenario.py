@@ -65,7 +65,9 @@ def condition(cluster: Cluster, namespace: str, kind: str) -> dict[str, Any]:
     return next(c for c in status(cluster, namespace)["conditions"] if c["type"] == kind)
 
 
-def event_reasons(cluster: Cluster, namespace: str, involved: str, *expected: str) -> list[str]:
+def event_reasons(
+    cluster: Cluster, namespace: str, involved: str, *expected: str, timeout: float = 30
+) -> list[str]:
     """The reasons of the events about ``involved``, once each ``expected`` one has arrived
     (as often as it is listed): a tick posts its events in the background."""
 
@@ -77,7 +79,7 @@ def event_reasons(cluster: Cluster, namespace: str, involved: str, *expected: st
         missing = any(reasons.count(r) < expected.count(r) for r in expected)
         return None if missing else reasons
 
-    return eventually(arrived, timeout=30, what=f"events {expected} about {involved}")
+    return eventually(arrived, timeout=timeout, what=f"events {expected} about {involved}")
 
 
 def settle(
@@ -115,3 +117,11 @@ def running_good_digest_with_bad_next(
     )
     cluster.kubectl("rollout", "status", "-n", ns, "deployment/app", "--timeout=60s")
     return bad.digest, pinned_good
+
+
+def event_messages(cluster: Cluster, namespace: str, involved: str, reason: str) -> list[str]:
+    """The messages of the events of ``reason`` about the object named ``involved``."""
+    events = cluster.get(
+        "events", "-n", namespace, "--field-selector", f"involvedObject.name={involved}"
+    )
+    return [e["message"] for e in events["items"] if e["reason"] == reason]

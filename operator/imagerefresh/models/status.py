@@ -42,6 +42,7 @@ class Phase(StrEnum):
     MISSING = "Missing"  # the workload does not exist
     ROLLING_BACK = "RollingBack"  # a failed refresh is being (or is owed to be) rolled back
     DEFERRED = "Deferred"  # drifted, but the pull budget would fall below the reserve
+    WAITING = "Waiting"  # drifted; the refresh waits for its time (here: the next interval tick)
     REFRESHING = "Refreshing"  # our refresh is rolling out
     SKIPPING = "Skipping"  # not settled (a rollout in flight that is not ours): waiting
     DRIFTED = "Drifted"  # drifted, and the policy is a dry run: reported, not patched

@@ -73,6 +73,7 @@ class TargetContext:
     budgets: Mapping[tuple[str, str], BudgetSnapshot]
     reset: bool
     spent: Counter[tuple[str, str]] = field(default_factory=Counter)
+    follow_up: bool = False  # a tick that follows rollouts: it judges, it starts no refresh
 
 
 @dataclass(slots=True)
@@ -536,6 +537,13 @@ class _Decision:
         )
         if self._locked:
             return self._finish(Phase.LOCKED, self._locked_message(f"drift: {plan}"))
+        if self.ctx.follow_up:
+            # Following rollouts only judges them: a refresh starts at a tick of the interval
+            # (or a prompt one), so a digest that just failed and was rolled back is not
+            # retried the moment its rollback settles, and the registry is asked afresh first.
+            return self._finish(
+                Phase.WAITING, f"drift: {plan}; the refresh starts at the next tick{note}"
+            )
         refusal = self._unaffordable(workload, drifted)
         if refusal is not None:
             self.outcome.rate_limited = True

@@ -141,7 +141,13 @@ def plan_tick(tick: TickInput) -> Plan:
     policy, spec, before = tick.policy, tick.policy.spec, tick.policy.status
     reset = policy.reset_request is not None and policy.reset_request != before.last_reset
     ctx = TargetContext(
-        spec, f"{policy.namespace}/{policy.name}", tick.now, tick.budgets, reset, Counter()
+        spec,
+        f"{policy.namespace}/{policy.name}",
+        tick.now,
+        tick.budgets,
+        reset,
+        Counter(),
+        follow_up=tick.follow_up,
     )
     previous = {_key(status): status for status in before.targets}
     keys = [policy.target_key(index) for index in range(len(spec.targets))]
