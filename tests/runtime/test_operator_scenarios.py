@@ -347,10 +347,14 @@ def test_a_refresh_that_never_becomes_ready_is_rolled_back_counted_and_locked_un
     assert status(cluster, ns)["lastReset"]
     event_reasons(cluster, ns, "control-plane", "Reset")
     # Cleared: the target is re-imaged at once, and the bad digest fails again — counted from
-    # zero: the lock comes back only after maxRefreshAttempts new failures (the rollouts are
-    # followed, so all of that within seconds).
-    event_reasons(cluster, ns, "app", *["RefreshFailed"] * 4, *["Locked"] * 2, timeout=120)
-    assert target_status(cluster, ns, "app")["refreshAttempts"] == 2
+    # zero, attempt 1 of 2: rolled back, it waits for the next tick instead of being Locked.
+    event_reasons(cluster, ns, "app", *["RefreshFailed"] * 3, "RolledBack", timeout=120)
+    after = eventually(
+        lambda: (found := target_status(cluster, ns, "app"))["phase"] == "Waiting" and found,
+        timeout=30,
+        what="the target to wait for its next tick",
+    )
+    assert after["refreshAttempts"] == 1
 
 
 def subprocess_run(*args: str, cluster: Cluster) -> Any:

@@ -3,7 +3,7 @@
 One operator per test module watches every namespace matching ``irp-*`` (the
 ``policy_namespace`` fixture makes such namespaces), with the test registry on its insecure
 list. Tests never sleep through an interval: :meth:`Operator.tick` bumps the policy's
-``images.tracebloc.io/refresh-now`` annotation, which wakes that policy's daemon, and waits
+``images.tracebloc.io/refresh-now`` annotation, which ticks that policy at once, and waits
 until the operator's own tick counter (its Prometheus metrics) has moved past it.
 """
 
@@ -142,7 +142,7 @@ class Operator:
         return self.metric("imagerefresh_ticks_total", namespace=namespace, policy=policy)
 
     def tick(self, namespace: str, policy: str, timeout: float = 30) -> None:
-        """Wake the policy's daemon and wait until one whole tick has run after the wake-up."""
+        """Ask for a prompt tick and wait until one whole tick has run after the request."""
         before = self.ticks(namespace, policy)
         self._bumps += 1
         self.cluster.kubectl(
