@@ -202,6 +202,7 @@ def test_operator_wide_series_survive_forgetting_a_policy() -> None:
     # The heartbeat the operator-down and no-leader alerts read: no policy can take it away.
     assert list(series(metrics, "imagerefresh_build_info").values()) == [1.0]
     assert series(metrics, "imagerefresh_leader") == {(): 1.0}
+    assert len(series(metrics, "process_start_time_seconds")) == 1
 
 
 def test_the_heartbeat_is_1_from_the_start_and_names_the_installed_version() -> None:

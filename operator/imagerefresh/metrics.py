@@ -13,9 +13,10 @@ series (a target frozen, a policy not ticking) would fire until the operator res
 
 Two series belong to the process, not to any policy, and so outlive every policy: the heartbeat
 ``imagerefresh_build_info{version}`` (always 1) and ``imagerefresh_leader`` (1 while this
-process is the one that writes). An alert built on them fires when the operator is Pending,
-crash-looping or not scraped; one built on per-policy series would go quiet instead, since
-those vanish with the operator and with every deleted policy.
+process is the one that writes), next to the standard ``process_*`` series, whose
+``process_start_time_seconds`` changes with every restart. An alert built on them fires when
+the operator is Pending, crash-looping or not scraped; one built on per-policy series would go
+quiet instead, since those vanish with the operator and with every deleted policy.
 """
 
 from __future__ import annotations
@@ -24,7 +25,14 @@ from collections.abc import Iterable
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as distribution_version
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    ProcessCollector,
+    start_http_server,
+)
 
 from imagerefresh.models import PolicySpec, PolicyStatus
 from imagerefresh.ratelimit import RequestKind
@@ -58,6 +66,8 @@ class Metrics:
             registry=r,
         )
         self.build_info.labels(version if version is not None else _installed_version()).set(1)
+        # CPU, memory, open files and the start time that tells a restart (crash loop).
+        ProcessCollector(registry=r)
         self.leader = Gauge(
             "imagerefresh_leader",
             "1 while this process is the leader that writes, 0 while it waits (standby)",
