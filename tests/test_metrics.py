@@ -7,6 +7,7 @@ Each test records through the public methods, renders the registry as Prometheus
 from __future__ import annotations
 
 import re
+from importlib.metadata import version
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -194,6 +195,27 @@ def test_operator_wide_series_survive_forgetting_a_policy() -> None:
     metrics.registry_request("registry-1.docker.io", RequestKind.HEAD, "ok")
     metrics.events_dropped.inc()
     tick(metrics, "ns", "p", status(("Deployment", "x", 0)))
+    metrics.set_leader(True)
     metrics.forget_policy("ns", "p")
     assert series(metrics, "imagerefresh_registry_requests_total") != {}
     assert series(metrics, "imagerefresh_events_dropped_total") == {(): 1.0}
+    # The heartbeat the operator-down and no-leader alerts read: no policy can take it away.
+    assert list(series(metrics, "imagerefresh_build_info").values()) == [1.0]
+    assert series(metrics, "imagerefresh_leader") == {(): 1.0}
+    assert len(series(metrics, "process_start_time_seconds")) == 1
+
+
+def test_the_heartbeat_is_1_from_the_start_and_names_the_installed_version() -> None:
+    metrics = Metrics(CollectorRegistry())
+    assert series(metrics, "imagerefresh_build_info") == {
+        (("version", version("imagerefresh")),): 1.0
+    }
+
+
+def test_a_process_is_not_leader_until_it_says_so_and_can_step_down() -> None:
+    metrics = Metrics(CollectorRegistry())
+    assert series(metrics, "imagerefresh_leader") == {(): 0.0}
+    metrics.set_leader(True)
+    assert series(metrics, "imagerefresh_leader") == {(): 1.0}
+    metrics.set_leader(False)
+    assert series(metrics, "imagerefresh_leader") == {(): 0.0}

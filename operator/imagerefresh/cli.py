@@ -322,6 +322,9 @@ def run(
         asyncio.get_running_loop().set_default_executor(
             ThreadPoolExecutor(config.kube_concurrency, thread_name_prefix="imagerefresh-io")
         )
+        # The handlers start now and this process is the one that writes: the alert on
+        # imagerefresh_leader (chart PrometheusRule) reads 1 as "someone is in charge".
+        metrics.set_leader(True)
         await kopf.operator(
             registry=build_registry(),
             settings=settings,

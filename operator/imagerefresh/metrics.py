@@ -10,13 +10,29 @@ A series lives only as long as what it describes (SPEC §6): a deleted policy's 
 removed (:meth:`Metrics.forget_policy`), and each status recorded removes the series of the
 targets, conditions and registry budgets it no longer reports — else an alert on a stale
 series (a target frozen, a policy not ticking) would fire until the operator restarts.
+
+Two series belong to the process, not to any policy, and so outlive every policy: the heartbeat
+``imagerefresh_build_info{version}`` (always 1) and ``imagerefresh_leader`` (1 while this
+process is the one that writes), next to the standard ``process_*`` series, whose
+``process_start_time_seconds`` changes with every restart. An alert built on them fires when
+the operator is Pending, crash-looping or not scraped; one built on per-policy series would go
+quiet instead, since those vanish with the operator and with every deleted policy.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as distribution_version
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    ProcessCollector,
+    start_http_server,
+)
 
 from imagerefresh.models import PolicySpec, PolicyStatus
 from imagerefresh.ratelimit import RequestKind
@@ -29,10 +45,34 @@ TargetLabels = tuple[str, str]  # (kind, "namespace/name"), as the per-target se
 BudgetLabels = tuple[str, str]  # (registry, identity)
 
 
+def _installed_version() -> str:
+    """The installed distribution's version; "unknown" when run from an uninstalled tree."""
+    try:
+        return distribution_version("imagerefresh")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 class Metrics:
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self, registry: CollectorRegistry | None = None, version: str | None = None
+    ) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
+        self.build_info = Gauge(
+            "imagerefresh_build_info",
+            "Always 1 while the operator process runs (its heartbeat), labelled with its version",
+            ["version"],
+            registry=r,
+        )
+        self.build_info.labels(version if version is not None else _installed_version()).set(1)
+        # CPU, memory, open files and the start time that tells a restart (crash loop).
+        ProcessCollector(registry=r)
+        self.leader = Gauge(
+            "imagerefresh_leader",
+            "1 while this process is the leader that writes, 0 while it waits (standby)",
+            registry=r,
+        )
         self.registry_requests = Counter(
             "imagerefresh_registry_requests",
             "Registry requests sent",
@@ -143,6 +183,10 @@ class Metrics:
             self.condition,
             self.status_writes,
         )
+
+    def set_leader(self, leading: bool) -> None:
+        """Report whether this process now writes (runs the handlers) or stands by."""
+        self.leader.set(int(leading))
 
     def serve(self, port: int, address: str = "0.0.0.0") -> None:
         start_http_server(port, addr=address, registry=self.registry)

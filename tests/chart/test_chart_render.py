@@ -667,11 +667,58 @@ def test_prometheus_rule_alerts_on_frozen_locked_rate_limited_and_degraded() -> 
     assert "imagerefresh_ticks_total" in alerts["ImageRefreshDegraded"]["expr"]
     exported = _exported_metric_names()
     for name, alert in alerts.items():
-        used = set(re.findall(r"\bimagerefresh_\w+", alert["expr"]))
+        used = set(re.findall(r"\b(?:imagerefresh|process)_\w+", alert["expr"]))
         assert used, name
         assert used <= exported, (name, used - exported)
+    (per_policy,) = (g for g in rule["spec"]["groups"] if g["name"] == "imagerefresh")
+    for alert in per_policy["rules"]:
         # Prometheus templates survive Helm's: the annotation still holds {{ $labels... }}.
         assert "{{ $labels." in alert["annotations"]["summary"]
+
+
+# Series a policy owns: forget_policy removes them, and they vanish with the operator.
+PER_POLICY_SERIES = re.compile(
+    r"imagerefresh_(target_|policy_|ticks|tick_|last_tick|refreshes|status_writes|ratelimit)"
+)
+
+
+def test_operator_alerts_read_only_this_releases_heartbeat_never_a_policys_series() -> None:
+    rule = only(render(PROFILES["monitoring"]), "PrometheusRule")
+    (group,) = (g for g in rule["spec"]["groups"] if g["name"] == "imagerefresh-operator")
+    alerts = {r["alert"]: r for r in group["rules"]}
+    assert set(alerts) == {
+        "ImageRefreshOperatorDown",
+        "ImageRefreshOperatorRestarting",
+        "ImageRefreshNoLeader",
+    }
+    assert alerts["ImageRefreshOperatorDown"]["expr"].startswith("absent(imagerefresh_build_info{")
+    for name, alert in alerts.items():
+        assert not PER_POLICY_SERIES.search(alert["expr"]), name
+        selectors = re.findall(r"\b(?:imagerefresh|process)_\w+\{([^}]*)\}", alert["expr"])
+        assert selectors, name
+        assert set(selectors) == {'job="r-imagerefresh-metrics", namespace="tracebloc"'}, name
+
+
+def test_operator_alerts_follow_the_operator_selector_severity_and_for_values() -> None:
+    values = {
+        "metrics": {
+            "prometheusRule": {
+                "enabled": True,
+                "operatorSelector": 'job="imagerefresh"',
+                "for": {"operatorDown": "2m", "noLeader": "10m"},
+                "severity": {"operatorDown": "page", "locked": "page"},
+            }
+        }
+    }
+    rule = only(render(values), "PrometheusRule")
+    alerts = {r["alert"]: r for group in rule["spec"]["groups"] for r in group["rules"]}
+    down = alerts["ImageRefreshOperatorDown"]
+    assert down["expr"] == 'absent(imagerefresh_build_info{job="imagerefresh"})'
+    assert (down["for"], down["labels"]["severity"]) == ("2m", "page")
+    assert alerts["ImageRefreshNoLeader"]["for"] == "10m"
+    assert alerts["ImageRefreshNoLeader"]["labels"]["severity"] == "critical"
+    assert alerts["ImageRefreshTargetLocked"]["labels"]["severity"] == "page"
+    assert alerts["ImageRefreshTargetFrozen"]["labels"]["severity"] == "warning"
 
 
 def test_rbac_and_service_account_can_be_left_to_the_cluster_admin() -> None:
@@ -732,6 +779,23 @@ def test_monitoring_is_off_by_default() -> None:
         (
             {"metrics": {"serviceMonitor": {"interval": "often"}}},
             "/metrics/serviceMonitor/interval",
+        ),
+        # A selector is the inside of {...}: braces would break every operator alert's expr.
+        (
+            {"metrics": {"prometheusRule": {"operatorSelector": '{job="x"}'}}},
+            "/metrics/prometheusRule/operatorSelector",
+        ),
+        (
+            {"metrics": {"prometheusRule": {"for": {"operatorDown": "soon"}}}},
+            "/metrics/prometheusRule/for/operatorDown",
+        ),
+        (
+            {"metrics": {"prometheusRule": {"severity": {"noLeader": ""}}}},
+            "/metrics/prometheusRule/severity/noLeader",
+        ),
+        (
+            {"metrics": {"prometheusRule": {"restartsAtLeast": 0}}},
+            "/metrics/prometheusRule/restartsAtLeast",
         ),
     ],
     ids=lambda v: v if isinstance(v, str) else None,

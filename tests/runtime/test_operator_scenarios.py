@@ -535,6 +535,9 @@ def test_metrics_liveness_and_json_logs_are_served(
     target_labels = {**labels, "kind": "Deployment", "target": f"{ns}/app"}
     for gauge in ("skip_streak", "refresh_attempts", "frozen", "locked"):
         assert operator.metric(f"imagerefresh_target_{gauge}", **target_labels) == 0
+    # The heartbeat the chart's operator alerts read; this process runs the handlers: it leads.
+    assert operator.metric("imagerefresh_build_info") == 1
+    assert operator.metric("imagerefresh_leader") == 1
     health = httpx.get(f"http://127.0.0.1:{operator.liveness_port}/healthz", timeout=5)
     assert health.status_code == 200
     lines = [line for line in operator.log().splitlines() if line.strip()]
@@ -582,6 +585,8 @@ def test_series_of_a_removed_target_and_of_a_deleted_policy_leave_metrics(
         what="the deleted policy's series to leave /metrics",
     )
     assert operator.series(kind="HEAD")  # the operator's own series stay
+    # ... and so does the heartbeat: deleting policies must not silence ImageRefreshOperatorDown.
+    assert operator.metric("imagerefresh_build_info") == 1
 
 
 def _tick_times(operator: Operator, policy_key: str) -> list[datetime]:
