@@ -109,6 +109,11 @@ class Metrics:
             ["namespace", "policy"],
             registry=r,
         )
+        self.leader = Gauge(
+            "imagerefresh_leader",
+            "1 while this process leads (always, without --leader-elect); 0 while it stands by",
+            registry=r,
+        )
         self.events_dropped = Counter(
             "imagerefresh_events_dropped",
             "Events not posted because the backlog of events to post was full",
