@@ -24,6 +24,7 @@ import httpx
 import pytest
 import yaml
 
+from support.accounts import service_account_kubeconfig
 from support.cluster_env import Cluster, KubectlError, eventually
 from support.helm_env import CHART, KWOK_SCHEDULING, helm
 from support.operator_env import IMAGEREFRESH, Operator, kwok_pod_template
@@ -209,36 +210,6 @@ class ChartOperator(Operator):
         status = Path(f"/proc/{self.process.pid}/status").read_text()
         (kib,) = re.findall(r"^VmHWM:\s+(\d+) kB$", status, re.MULTILINE)
         return int(kib) * 1024
-
-
-def service_account_kubeconfig(cluster: Cluster, namespace: str, account: str, path: Path) -> Path:
-    """A kubeconfig for the same API server (server, CA) that authenticates as `account`."""
-    token = cluster.kubectl(
-        "create", "token", account, "-n", namespace, "--duration", "1h"
-    ).stdout.strip()
-    admin = json.loads(cluster.kubectl("config", "view", "--raw", "--minify", "-o", "json").stdout)
-    server = admin["clusters"][0]["cluster"]
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [
-                    {
-                        "name": "test",
-                        "cluster": {
-                            "server": server["server"],
-                            "certificate-authority-data": server["certificate-authority-data"],
-                        },
-                    }
-                ],
-                "users": [{"name": account, "user": {"token": token}}],
-                "contexts": [{"name": account, "context": {"cluster": "test", "user": account}}],
-                "current-context": account,
-            }
-        )
-    )
-    return path
 
 
 def workload(kind: str, name: str, image: str, **template_spec: Any) -> dict[str, Any]:
