@@ -331,7 +331,7 @@ def test_operator_as_the_charts_service_account_refreshes_declared_targets_and_n
     environment = {
         **cluster.env,
         **{e["name"]: e["value"] for e in spec["env"] if "value" in e},
-        "POD_ID": "chart-test",
+        "POD_NAME": "chart-test",  # the chart sets it from the pod's name
         "KUBECONFIG": str(
             service_account_kubeconfig(cluster, home, FULLNAME, tmp_path / "sa.kubeconfig")
         ),
@@ -385,6 +385,18 @@ def test_operator_as_the_charts_service_account_refreshes_declared_targets_and_n
         assert not can_i(cluster, identity, "get", "secrets/other", home)
         assert not can_i(cluster, identity, "list", "secrets", home)
         assert not can_i(cluster, identity, "list", "customresourcedefinitions", "default")
+        # Leader election (on by default): it took its Lease, the only one it may touch.
+        lease = cluster.get("lease", "imagerefresh", "-n", home)["spec"]
+        assert lease["holderIdentity"].startswith("chart-test_")
+        assert operator.metric("imagerefresh_leader") == 1
+        for verb in ("get", "update"):
+            assert can_i(cluster, identity, verb, "leases.coordination.k8s.io/imagerefresh", home)
+            assert not can_i(cluster, identity, verb, "leases.coordination.k8s.io/other", home)
+        assert can_i(cluster, identity, "create", "leases.coordination.k8s.io", home)
+        assert not can_i(cluster, identity, "list", "leases.coordination.k8s.io", home)
+        assert not can_i(
+            cluster, identity, "update", "leases.coordination.k8s.io/imagerefresh", agents
+        )
         pinned = f"{registry}/{home}/jobs-manager@{manager.digest}"
         for ns, name in ((home, "undeclared"), (outside, "outside")):
             error = patch_as(cluster, identity, ns, name, pinned)
