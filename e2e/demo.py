@@ -275,7 +275,6 @@ class Demo:
                 CP,
                 "--namespace",
                 AGENTS,
-                "--standalone",
                 "--allow-namespace-pair",
                 f"{CP}={AGENTS}",
                 "--insecure-registry",
