@@ -54,8 +54,25 @@ def test_of_two_writes_from_one_read_of_the_lease_the_second_is_refused_409(
 
 
 def test_a_closed_write_gate_refuses_every_write_before_it_is_sent_but_not_reads_or_the_lease(
-    api: KubeApi, cluster: Cluster, namespace: str
+    api: KubeApi, crd_installed: Cluster, cluster: Cluster, namespace: str
 ) -> None:
+    cluster.apply(
+        {
+            "apiVersion": "images.tracebloc.io/v1alpha1",
+            "kind": "ImageRefreshPolicy",
+            "metadata": {"name": "control-plane"},
+            "spec": {
+                "targets": [
+                    {
+                        "kind": "Deployment",
+                        "name": "web",
+                        "containers": [{"name": "app", "image": "nginx:1"}],
+                    }
+                ]
+            },
+        },
+        namespace=namespace,
+    )
     cluster.apply(
         {
             "apiVersion": "apps/v1",
@@ -87,6 +104,12 @@ def test_a_closed_write_gate_refuses_every_write_before_it_is_sent_but_not_reads
     holding[0] = False
     with pytest.raises(NotLeader, match="does not hold the leader-election Lease"):
         api.patch_images(patch)
+    policy = api.read_policy(namespace, "control-plane")
+    assert policy is not None
+    with pytest.raises(NotLeader):  # a status write, first try or retry after a 409, alike
+        api.replace_policy_status(policy, {"phase": "written by a deposed leader"})
+    with pytest.raises(NotLeader):
+        api.annotate_policy(namespace, "control-plane", "images.tracebloc.io/reset", "x")
     api.post_event(obj, "Normal", "Refreshed", "must not be posted")  # best-effort: logged
     api.create_lease(namespace, "imagerefresh", spec("me"))  # how leadership is earned: ungated
     assert api.read_workload("Deployment", namespace, "web") is not None  # reads go on
@@ -100,6 +123,9 @@ def test_a_closed_write_gate_refuses_every_write_before_it_is_sent_but_not_reads
         if (e.get("source") or {}).get("component") == "imagerefresh"
     ]
     assert ours == []
+    stored_policy = cluster.get("irp", "control-plane", "-n", namespace)
+    assert "status" not in stored_policy
+    assert "images.tracebloc.io/reset" not in stored_policy["metadata"].get("annotations", {})
 
     holding[0] = True  # the same calls go through while the gate allows them
     api.patch_images(patch)
