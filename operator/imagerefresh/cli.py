@@ -340,9 +340,7 @@ def run(
         )
     except ValueError as error:
         raise click.UsageError(f"leader election timings: {error}") from error
-    lease_namespace = (
-        _lease_namespace(leader_election_namespace, namespaces) if leader_elect else None
-    )
+    lease_home = lease_namespace(leader_election_namespace, namespaces) if leader_elect else None
     globs = [ns for ns in namespaces if any(c in ns for c in "*?!,")]
     if globs and not scanning:
         # kopf would silently drop them: without scanning it serves exact names only.
@@ -393,12 +391,12 @@ def run(
                     connections=1,
                     timeout=(timings.retry_period, timings.renew_deadline / 2),
                 ),
-                lease_namespace,
+                lease_home,
                 leader_election_id,
                 leader_election_identity or default_identity(),
                 timings,
             )
-            if lease_namespace is not None
+            if lease_home is not None
             else None
         )
     except KubeError as error:
@@ -473,7 +471,7 @@ def _exit_deposed(elector: Elector, why: str) -> NoReturn:
     os._exit(LEADERSHIP_LOST_EXIT)
 
 
-def _lease_namespace(given: str | None, namespaces: tuple[str, ...]) -> str:
+def lease_namespace(given: str | None, namespaces: tuple[str, ...]) -> str:
     """The Lease's namespace: as given, else the pod's own, else the first watched one."""
     if given:
         return given

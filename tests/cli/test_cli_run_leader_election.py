@@ -133,6 +133,12 @@ def test_only_the_leader_writes_and_the_standby_takes_over_after_the_leader_is_k
     lease = cluster.get("lease", LEASE, "-n", ns)["spec"]
     assert (lease["holderIdentity"], lease["leaseTransitions"]) == (second, 1)
 
+    # Stopped gracefully (SIGTERM, as a rolling update does), the leader hands the Lease over.
+    b.stop()
+    assert b.process is not None
+    assert b.process.returncode == 0
+    assert cluster.get("lease", LEASE, "-n", ns)["spec"]["holderIdentity"] == ""
+
 
 def test_a_leader_that_finds_another_holder_exits_non_zero_and_writes_nothing_more(
     candidates: Candidates, cluster: Cluster, pusher: ImagePusher
