@@ -273,7 +273,6 @@ class Demo:
                 CP,
                 "--namespace",
                 AGENTS,
-                "--standalone",
                 "--allow-namespace-pair",
                 f"{CP}={AGENTS}",
                 "--insecure-registry",

@@ -219,16 +219,6 @@ expose every Secret's content.
 - apiGroups: ["images.tracebloc.io"]
   resources: ["imagerefreshpolicies/status"]
   verbs: ["update"]
-{{- if $root.Values.peering.enabled }}
-# kopf peering: only this release's peering object.
-- apiGroups: ["kopf.dev"]
-  resources: [{{ if $root.Values.watch.allNamespaces }}"clusterkopfpeerings"{{ else }}"kopfpeerings"{{ end }}]
-  verbs: ["list", "watch"]
-- apiGroups: ["kopf.dev"]
-  resources: [{{ if $root.Values.watch.allNamespaces }}"clusterkopfpeerings"{{ else }}"kopfpeerings"{{ end }}]
-  resourceNames: [{{ $root.Values.peering.name | quote }}]
-  verbs: ["get", "patch"]
-{{- end }}
 {{- end -}}
 
 {{- define "imagerefresh.eventRules" -}}
@@ -242,6 +232,9 @@ expose every Secret's content.
 {{- define "imagerefresh.validate" -}}
 {{- if eq (int .Values.ports.metrics) (int .Values.ports.liveness) -}}
 {{- fail "ports.metrics and ports.liveness must differ" -}}
+{{- end -}}
+{{- if and (gt (int .Values.replicaCount) 1) (not .Values.leaderElection.enabled) -}}
+{{- fail "replicaCount above 1 needs leaderElection.enabled: without it every replica would act at once" -}}
 {{- end -}}
 {{- if and .Values.watch.allNamespaces .Values.watch.namespaces -}}
 {{- fail "watch.namespaces and watch.allNamespaces exclude each other" -}}

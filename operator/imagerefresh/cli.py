@@ -15,6 +15,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import NoReturn
 
 import click
 import kopf
@@ -28,6 +29,7 @@ from imagerefresh.credentials import (
     parse_docker_config,
 )
 from imagerefresh.handlers import Runtime, build_registry
+from imagerefresh.health import serve_health
 from imagerefresh.kube.api import KubeApi
 from imagerefresh.kube.errors import KubeError
 from imagerefresh.logs import LogFormat, configure_logging
@@ -38,6 +40,7 @@ from imagerefresh.reference import InvalidReference, parse
 from imagerefresh.registry import DEFAULT_DEADLINE, RegistryClient, RegistryError, Resolution
 from imagerefresh.resolver import SharedResolver
 from imagerefresh.runtime.config import OperatorConfig, parse_namespace_pairs
+from imagerefresh.runtime.election import ElectionTimings, Elector, default_identity
 from imagerefresh.runtime.events import EventRecorder
 from imagerefresh.runtime.gather import RESET_ANNOTATION, Gathered, PolicyUnreadable
 from imagerefresh.runtime.render import render_plan
@@ -46,6 +49,7 @@ from imagerefresh.runtime.ticker import PolicyTicker
 __all__ = ["main"]
 
 INSECURE_ENV = "IMAGEREFRESH_INSECURE_REGISTRIES"
+SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 
 def _with_environment(
@@ -249,14 +253,50 @@ allow_option = click.option(
     help="Seconds one registry resolution may take in all (token, manifest, retries).",
 )
 @click.option(
-    "--peering",
-    "peering_name",
-    default=None,
-    help="Peer with other replicas under this kopf peering name (kopf's peering CRDs must be "
-    "installed), so that only one acts. Without it the operator runs standalone.",
+    "--leader-elect",
+    is_flag=True,
+    help="Run as one candidate of several: act only while holding a coordination.k8s.io/v1 "
+    "Lease; stand by (serving /healthz and /metrics, writing nothing) otherwise.",
 )
-@click.option("--standalone", is_flag=True, help="Run without peering (the default).")
-@click.option("--priority", default=0, show_default=True, help="Peering priority (distinct).")
+@click.option(
+    "--leader-election-namespace",
+    default=None,
+    help="Namespace of the Lease (default: the pod's namespace, else the first --namespace).",
+)
+@click.option(
+    "--leader-election-id", default="imagerefresh", show_default=True, help="The Lease's name."
+)
+@click.option(
+    "--leader-election-identity",
+    default=None,
+    help="This candidate's identity (default: $POD_NAME or the hostname, and a random suffix).",
+)
+@click.option(
+    "--leader-election-lease-duration",
+    default=15.0,
+    show_default=True,
+    type=click.FloatRange(min=1),
+    help="Seconds a standby waits, after the Lease last changed, before taking it over.",
+)
+@click.option(
+    "--leader-election-renew-deadline",
+    default=10.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds a leader may go without a renewal before it stops writing and exits.",
+)
+@click.option(
+    "--leader-election-retry-period",
+    default=2.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds between attempts to take or renew the Lease.",
+)
+# kopf peering is gone (leader election replaces it; kopf always runs standalone). These are
+# accepted, with a warning, for one release, so that an older manifest still starts.
+@click.option("--peering", "peering_name", default=None, hidden=True)
+@click.option("--standalone", is_flag=True, hidden=True)
+@click.option("--priority", default=None, type=int, hidden=True)
 @click.option(
     "--scanning/--no-scanning",
     default=True,
@@ -276,15 +316,31 @@ def run(
     namespace_pairs: tuple[str, ...],
     resolution_window: float,
     registry_deadline: float,
+    leader_elect: bool,
+    leader_election_namespace: str | None,
+    leader_election_id: str,
+    leader_election_identity: str | None,
+    leader_election_lease_duration: float,
+    leader_election_renew_deadline: float,
+    leader_election_retry_period: float,
     peering_name: str | None,
     standalone: bool,
-    priority: int,
+    priority: int | None,
     scanning: bool,
     kubeconfig: str | None,
 ) -> None:
     """Run the operator."""
     if not namespaces and not all_namespaces:
         raise click.UsageError("give --namespace NS (repeatable) or --all-namespaces")
+    try:
+        timings = ElectionTimings(
+            leader_election_lease_duration,
+            leader_election_renew_deadline,
+            leader_election_retry_period,
+        )
+    except ValueError as error:
+        raise click.UsageError(f"leader election timings: {error}") from error
+    lease_home = lease_namespace(leader_election_namespace, namespaces) if leader_elect else None
     globs = [ns for ns in namespaces if any(c in ns for c in "*?!,")]
     if globs and not scanning:
         # kopf would silently drop them: without scanning it serves exact names only.
@@ -294,7 +350,23 @@ def run(
         configure_logging("INFO", "auto")
     # kopf reports every raw-event handler call at INFO; our own tick line says what matters.
     logging.getLogger("kopf.objects").setLevel(max(logging.WARNING, logging.getLogger().level))
-    structlog.get_logger(__name__).info("allocator tuned", **tuned)
+    log = structlog.get_logger(__name__)
+    log.info("allocator tuned", **tuned)
+    deprecated = [
+        flag
+        for flag, given in (
+            ("--peering", peering_name is not None),
+            ("--standalone", standalone),
+            ("--priority", priority is not None),
+        )
+        if given
+    ]
+    if deprecated:
+        log.warning(
+            "deprecated options ignored: kopf peering is replaced by --leader-elect, and the "
+            "operator always runs kopf standalone; remove them (they go in the next release)",
+            options=deprecated,
+        )
     try:
         pairs = parse_namespace_pairs(namespace_pairs)
     except ValueError as error:
@@ -306,11 +378,32 @@ def run(
         registry_deadline=registry_deadline,
     )
     metrics = Metrics()
+    metrics.leader.set(0)
     metrics.serve(metrics_port, bind_address)
     try:
         ticker = _runtime_parts(kubeconfig, insecure_registries, config, metrics)
+        elector = (
+            Elector(
+                # Its own client and thread: renewals never queue behind a tick's requests.
+                # Each request must answer well within the renew deadline.
+                KubeApi.from_environment(
+                    kubeconfig,
+                    connections=1,
+                    timeout=(timings.retry_period, timings.renew_deadline / 2),
+                ),
+                lease_home,
+                leader_election_id,
+                leader_election_identity or default_identity(),
+                timings,
+            )
+            if lease_home is not None
+            else None
+        )
     except KubeError as error:
         raise click.ClickException(str(error)) from error
+    if elector is not None:
+        # Every write of the operator's own client asks the gate first.
+        ticker.api.write_gate = elector.gate
     runtime = Runtime(ticker=ticker)
     settings = kopf.OperatorSettings()
     settings.scanning.disabled = not scanning
@@ -322,24 +415,80 @@ def run(
         asyncio.get_running_loop().set_default_executor(
             ThreadPoolExecutor(config.kube_concurrency, thread_name_prefix="imagerefresh-io")
         )
-        # The handlers start now and this process is the one that writes: the alert on
-        # imagerefresh_leader (chart PrometheusRule) reads 1 as "someone is in charge".
-        metrics.set_leader(True)
-        await kopf.operator(
-            registry=build_registry(),
-            settings=settings,
-            memo=runtime,
-            clusterwide=all_namespaces,
-            namespaces=namespaces,
-            # kopf without standalone and without its peering CRDs pauses every watch, forever
-            # and silently: peer only when a peering name is given explicitly.
-            standalone=standalone or peering_name is None,
-            priority=priority,
-            peering_name=None if standalone else peering_name,
-            liveness_endpoint=f"http://{bind_address}:{liveness_port}/healthz",
-        )
+        role = "standby" if elector is not None else "leader"
+        health = await serve_health(bind_address, liveness_port, lambda: role)
+        try:
+            if elector is not None:
+                await elector.acquire()
+            role = "leader"
+            metrics.set_leader(True)  # the alert on imagerefresh_leader reads it
+            # Only now do kopf and the handlers start: a standby has read the Lease, nothing else.
+            operator = asyncio.create_task(
+                kopf.operator(
+                    registry=build_registry(),
+                    settings=settings,
+                    memo=runtime,
+                    clusterwide=all_namespaces,
+                    namespaces=namespaces,
+                    standalone=True,
+                )
+            )
+            if elector is None:
+                await operator
+                return
+            lost = asyncio.create_task(elector.hold())
+            await asyncio.wait({operator, lost}, return_when=asyncio.FIRST_COMPLETED)
+            if lost.done():
+                metrics.set_leader(False)
+                failure = None if lost.cancelled() else lost.exception()
+                _exit_deposed(elector, f"renewal failed: {failure!r}" if failure else lost.result())
+            lost.cancel()
+            await elector.release()  # kopf has stopped: no write of ours follows
+            await operator
+        finally:
+            health.close()
 
     asyncio.run(operate())
+
+
+# A deposed leader's exit status: the Deployment restarts it, as a candidate.
+LEADERSHIP_LOST_EXIT = 3
+
+
+def _exit_deposed(elector: Elector, why: str) -> NoReturn:
+    """Leave at once: kopf's tasks, the ticks, the event threads — nothing of this process may
+    write after it lost the Lease, and unwinding them could take seconds (as client-go's
+    controllers do, it exits rather than shuts down)."""
+    elector.gate.close()
+    structlog.get_logger(__name__).error(
+        "exiting: this process no longer leads; its Deployment restarts it as a candidate",
+        lease=elector.lease,
+        identity=elector.identity,
+        reason=why,
+    )
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(LEADERSHIP_LOST_EXIT)
+
+
+def lease_namespace(given: str | None, namespaces: tuple[str, ...]) -> str:
+    """The Lease's namespace: as given, else the pod's own, else the first watched one."""
+    if given:
+        return given
+    try:
+        own = Path(SERVICE_ACCOUNT_NAMESPACE).read_text().strip()
+    except OSError:
+        own = ""
+    own = os.environ.get("POD_NAMESPACE") or own
+    if own:
+        return own
+    exact = [ns for ns in namespaces if not any(c in ns for c in "*?!,")]
+    if exact:
+        return exact[0]
+    raise click.UsageError(
+        "--leader-elect needs a namespace for its Lease: give --leader-election-namespace "
+        "(outside a pod, with --all-namespaces or only namespace globs, there is no default)"
+    )
 
 
 @main.command()

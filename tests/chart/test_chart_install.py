@@ -24,6 +24,7 @@ import httpx
 import pytest
 import yaml
 
+from support.accounts import service_account_kubeconfig
 from support.cluster_env import Cluster, KubectlError, eventually
 from support.helm_env import CHART, KWOK_SCHEDULING, helm
 from support.operator_env import IMAGEREFRESH, Operator, kwok_pod_template
@@ -211,36 +212,6 @@ class ChartOperator(Operator):
         return int(kib) * 1024
 
 
-def service_account_kubeconfig(cluster: Cluster, namespace: str, account: str, path: Path) -> Path:
-    """A kubeconfig for the same API server (server, CA) that authenticates as `account`."""
-    token = cluster.kubectl(
-        "create", "token", account, "-n", namespace, "--duration", "1h"
-    ).stdout.strip()
-    admin = json.loads(cluster.kubectl("config", "view", "--raw", "--minify", "-o", "json").stdout)
-    server = admin["clusters"][0]["cluster"]
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [
-                    {
-                        "name": "test",
-                        "cluster": {
-                            "server": server["server"],
-                            "certificate-authority-data": server["certificate-authority-data"],
-                        },
-                    }
-                ],
-                "users": [{"name": account, "user": {"token": token}}],
-                "contexts": [{"name": account, "context": {"cluster": "test", "user": account}}],
-                "current-context": account,
-            }
-        )
-    )
-    return path
-
-
 def workload(kind: str, name: str, image: str, **template_spec: Any) -> dict[str, Any]:
     template = kwok_pod_template({"app": image}, labels={"app": name})
     template["spec"].update(template_spec)
@@ -360,7 +331,7 @@ def test_operator_as_the_charts_service_account_refreshes_declared_targets_and_n
     environment = {
         **cluster.env,
         **{e["name"]: e["value"] for e in spec["env"] if "value" in e},
-        "POD_ID": "chart-test",
+        "POD_NAME": "chart-test",  # the chart sets it from the pod's name
         "KUBECONFIG": str(
             service_account_kubeconfig(cluster, home, FULLNAME, tmp_path / "sa.kubeconfig")
         ),
@@ -414,6 +385,18 @@ def test_operator_as_the_charts_service_account_refreshes_declared_targets_and_n
         assert not can_i(cluster, identity, "get", "secrets/other", home)
         assert not can_i(cluster, identity, "list", "secrets", home)
         assert not can_i(cluster, identity, "list", "customresourcedefinitions", "default")
+        # Leader election (on by default): it took its Lease, the only one it may touch.
+        lease = cluster.get("lease", "imagerefresh", "-n", home)["spec"]
+        assert lease["holderIdentity"].startswith("chart-test_")
+        assert operator.metric("imagerefresh_leader") == 1
+        for verb in ("get", "update"):
+            assert can_i(cluster, identity, verb, "leases.coordination.k8s.io/imagerefresh", home)
+            assert not can_i(cluster, identity, verb, "leases.coordination.k8s.io/other", home)
+        assert can_i(cluster, identity, "create", "leases.coordination.k8s.io", home)
+        assert not can_i(cluster, identity, "list", "leases.coordination.k8s.io", home)
+        assert not can_i(
+            cluster, identity, "update", "leases.coordination.k8s.io/imagerefresh", agents
+        )
         pinned = f"{registry}/{home}/jobs-manager@{manager.digest}"
         for ns, name in ((home, "undeclared"), (outside, "outside")):
             error = patch_as(cluster, identity, ns, name, pinned)

@@ -143,8 +143,11 @@ PROFILES: dict[str, dict[str, Any]] = {
         **CONTROL_PLANE,
         "rbac": {"pullSecrets": {"names": ["regcred"]}},
     },
-    "peering": {"peering": {"enabled": True}},
-    "peering-all-namespaces": {"peering": {"enabled": True}, "watch": {"allNamespaces": True}},
+    # An upgrade from the previous release's values: accepted, ignored (see NOTES.txt).
+    "deprecated-peering-values": {"peering": {"enabled": True, "name": "imagerefresh"}},
+    "two-replicas": {"replicaCount": 2},
+    "two-replicas-all-namespaces": {"replicaCount": 2, "watch": {"allNamespaces": True}},
+    "without-leader-election": {"leaderElection": {"enabled": False}},
     "insecure-registries": {"insecureRegistries": ["127.0.0.1:5000", "mirror.local"]},
     "rbac-and-service-account-managed-elsewhere": {
         "rbac": {"create": False},
@@ -153,10 +156,25 @@ PROFILES: dict[str, dict[str, Any]] = {
 }
 
 
+LEADER_ELECTION_ROLE = "-leader-election"
+
+
+def operator_roles(
+    objects: list[dict[str, Any]], kind: str = "Role", namespace: str | None = None
+) -> list[dict[str, Any]]:
+    """The Roles for policies and targets (the leader-election Role has tests of its own)."""
+    return [
+        o
+        for o in of_kind(objects, kind, namespace)
+        if not o["metadata"]["name"].endswith(LEADER_ELECTION_ROLE)
+    ]
+
+
 def rules_of(
     objects: list[dict[str, Any]], kind: str, namespace: str | None
 ) -> list[dict[str, Any]]:
-    return list(only(objects, kind, namespace)["rules"])
+    (role,) = operator_roles(objects, kind, namespace)
+    return list(role["rules"])
 
 
 def grants(rules: list[dict[str, Any]], resource: str, verb: str) -> list[dict[str, Any]]:
@@ -230,7 +248,7 @@ def test_chart_app_version_is_the_package_version() -> None:
 def test_defaults_render_one_hardened_guaranteed_operator_watching_the_release_namespace() -> None:
     objects = render()
     assert Counter(o["kind"] for o in objects) == Counter(
-        {"ServiceAccount": 1, "Role": 1, "RoleBinding": 1, "Deployment": 1}
+        {"ServiceAccount": 1, "Role": 2, "RoleBinding": 2, "Deployment": 1}
     )
     deployment = only(objects, "Deployment")
     assert deployment["spec"]["replicas"] == 1
@@ -248,7 +266,9 @@ def test_defaults_render_one_hardened_guaranteed_operator_watching_the_release_n
         "--metrics-port=9090",
         "--liveness-port=8080",
         "--resolution-window=10",
-        "--standalone",
+        "--leader-elect",
+        "--leader-election-namespace=tracebloc",
+        "--leader-election-id=imagerefresh",
         "--no-scanning",
     ]
     env = {e["name"]: e.get("value") for e in c["env"]}
@@ -317,7 +337,9 @@ def test_operator_configuration_becomes_run_options() -> None:
         "--metrics-port=9100",
         "--liveness-port=8081",
         "--resolution-window=3",
-        "--standalone",
+        "--leader-elect",
+        "--leader-election-namespace=tracebloc",
+        "--leader-election-id=imagerefresh",
         "--no-scanning",
     ]
     assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"metrics": 9100, "healthz": 8081}
@@ -340,9 +362,10 @@ def test_rendered_args_and_env_are_accepted_by_the_real_command_line(
     c = operator_container(render(PROFILES[profile]))
     with run_command.make_context("run", list(c["args"])) as ctx:
         assert ctx.params["scanning"] is False
-        assert ctx.params["standalone"] is not PROFILES[profile].get("peering", {}).get(
-            "enabled", False
-        )
+        elect = PROFILES[profile].get("leaderElection", {}).get("enabled", True)
+        assert ctx.params["leader_elect"] is elect
+        assert ctx.params["peering_name"] is None  # kopf peering is gone, whatever the values
+        assert ctx.params["standalone"] is False
     env = {e["name"]: e["value"] for e in c["env"] if "value" in e}
     for name in (LOG_LEVEL_ENV, LOG_FORMAT_ENV):
         monkeypatch.setenv(name, env[name])
@@ -426,7 +449,7 @@ def test_unscoped_policies_grant_every_workload_in_the_reachable_namespaces() ->
 
 def test_a_cross_namespace_pair_adds_a_target_role_in_the_target_namespace_only() -> None:
     objects = render(PROFILES["cross-namespace-pair"])
-    assert {r["metadata"]["namespace"] for r in of_kind(objects, "Role")} == {
+    assert {r["metadata"]["namespace"] for r in operator_roles(objects)} == {
         "tracebloc",
         "tracebloc-node-agents",
     }
@@ -510,7 +533,7 @@ def test_all_namespaces_puts_policy_rules_in_a_cluster_role_named_after_the_rele
     rules = role["rules"]
     assert grants(rules, "images.tracebloc.io.imagerefreshpolicies", "watch")
     assert names_granted(rules, "apps.deployments", "patch") is None
-    assert not of_kind(objects, "Role")
+    assert not operator_roles(objects)
 
 
 def test_all_namespaces_with_policies_keeps_workload_access_namespaced_and_named() -> None:
@@ -523,20 +546,60 @@ def test_all_namespaces_with_policies_keeps_workload_access_namespaced_and_named
     assert names_granted(home, "apps.deployments", "patch") == {"jobs-manager", "requests-proxy"}
 
 
-def test_peering_grants_only_this_releases_peering_object() -> None:
-    objects = render(PROFILES["peering"])
-    rules = rules_of(objects, "Role", "tracebloc")
-    assert names_granted(rules, "kopf.dev.kopfpeerings", "patch") == {"imagerefresh"}
-    peering = only(objects, "KopfPeering", "tracebloc")
-    assert peering["metadata"]["name"] == "imagerefresh"
+def leader_election_rules(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    roles = [
+        r for r in of_kind(objects, "Role") if r["metadata"]["name"].endswith(LEADER_ELECTION_ROLE)
+    ]
+    assert len(roles) <= 1
+    return list(roles[0]["rules"]) if roles else []
+
+
+@pytest.mark.parametrize("profile", ["defaults", "two-replicas-all-namespaces"])
+def test_leader_election_grants_only_its_lease_by_name_and_create_in_the_release_namespace(
+    profile: str,
+) -> None:
+    objects = render(PROFILES[profile])
+    rules = leader_election_rules(objects)
+    assert names_granted(rules, "coordination.k8s.io.leases", "get") == {"imagerefresh"}
+    assert names_granted(rules, "coordination.k8s.io.leases", "update") == {"imagerefresh"}
+    assert grants(rules, "coordination.k8s.io.leases", "create")
+    for verb in ("list", "watch", "patch", "delete"):
+        assert not grants(rules, "coordination.k8s.io.leases", verb)
+    every_rule = [r for role in of_kind(objects, "Role", None) for r in role["rules"]]
+    every_rule += [r for role in of_kind(objects, "ClusterRole") for r in role["rules"]]
+    leases = [r for r in every_rule if "leases" in r["resources"]]
+    assert leases == rules  # nowhere else, and never cluster-wide
+
+
+def test_two_replicas_get_a_disruption_budget_keeping_one_and_a_rolling_update() -> None:
+    objects = render(PROFILES["two-replicas"])
+    deployment = only(objects, "Deployment")
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"]["type"] == "RollingUpdate"
+    budget = only(objects, "PodDisruptionBudget", "tracebloc")
+    assert budget["spec"]["minAvailable"] == 1
+    assert budget["spec"]["selector"] == deployment["spec"]["selector"]
+    assert not of_kind(render(), "PodDisruptionBudget")  # one replica: nothing to keep
+
+
+def test_without_leader_election_one_replica_recreated_and_no_lease_access() -> None:
+    objects = render(PROFILES["without-leader-election"])
+    deployment = only(objects, "Deployment")
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    assert not [a for a in operator_container(objects)["args"] if a.startswith("--leader")]
+    assert leader_election_rules(objects) == []
+    refused = render_error({"leaderElection": {"enabled": False}, "replicaCount": 2})
+    assert "replicaCount above 1 needs leaderElection.enabled" in refused
+
+
+def test_deprecated_peering_values_still_render_without_any_peering_object_or_right() -> None:
+    objects = render(PROFILES["deprecated-peering-values"])
+    assert not [o for o in objects if o["apiVersion"].startswith("kopf.dev")]
+    rules = [r for o in of_kind(objects, "Role") for r in o["rules"]]
+    assert not [r for r in rules if "kopf.dev" in r["apiGroups"]]
     args = operator_container(objects)["args"]
-    assert "--peering=imagerefresh" in args
-    assert "--standalone" not in args
-    cluster = render(PROFILES["peering-all-namespaces"])
-    assert only(cluster, "ClusterKopfPeering")["metadata"]["name"] == "imagerefresh"
-    assert names_granted(
-        only(cluster, "ClusterRole")["rules"], "kopf.dev.clusterkopfpeerings", "patch"
-    ) == {"imagerefresh"}
+    assert "--leader-elect" in args
+    assert not [a for a in args if a.startswith(("--peering", "--standalone", "--priority"))]
 
 
 # -- invariants over every profile ----------------------------------------------------------
@@ -553,7 +616,7 @@ def test_no_two_rendered_objects_share_kind_namespace_and_name(profile: str) -> 
 
 def test_a_pair_collapsed_onto_the_release_namespace_yields_one_merged_role() -> None:
     objects = render(PROFILES["pair-collapsed-onto-release-namespace"])
-    (role,) = of_kind(objects, "Role")
+    (role,) = operator_roles(objects)
     rules = role["rules"]
     assert names_granted(rules, "apps.daemonsets", "patch") == {"resource-monitor"}
     assert names_granted(rules, "apps.deployments", "patch") == {"jobs-manager"}
@@ -741,7 +804,9 @@ def test_monitoring_is_off_by_default() -> None:
     [
         ({"bogus": True}, "additional properties 'bogus' not allowed"),
         ({"replicaCount": "1"}, "/replicaCount"),
-        ({"replicaCount": 2}, "/replicaCount"),
+        ({"replicaCount": 3}, "/replicaCount"),
+        ({"leaderElection": {"id": "Not_A_Name"}}, "/leaderElection/id"),
+        ({"peering": {"enabled": True, "priority": 5}}, "additional properties 'priority'"),
         ({"ports": {"metrics": -1, "liveness": 8080}}, "/ports/metrics"),
         ({"ports": {"metrics": 70000, "liveness": 8080}}, "/ports/metrics"),
         ({"image": {"repository": "r.example/op", "digest": "sha256:abc"}}, "/image/digest"),

@@ -17,7 +17,6 @@ def test_no_scanning_refuses_namespace_patterns_that_kopf_would_drop(pattern: st
         main,
         [
             "run",
-            "--standalone",
             "--no-scanning",
             "--namespace",
             "tracebloc",

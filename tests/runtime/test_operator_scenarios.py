@@ -660,17 +660,19 @@ def test_a_refresh_still_unsettled_at_rollout_timeout_fails_and_is_rolled_back(
     )
 
 
-def test_without_a_peering_name_the_operator_runs_standalone_instead_of_pausing(
+def test_the_deprecated_peering_options_are_ignored_with_a_warning_and_the_operator_acts(
     operator: Operator,
     cluster: Cluster,
     pusher: ImagePusher,
     policy_namespace: str,
 ) -> None:
-    # kopf, neither standalone nor given its peering CRDs, pauses every watch silently.
+    # kopf peering is gone; an older manifest's options must neither fail the start nor make
+    # kopf pause its watches waiting for peering CRDs that no longer exist.
     ns, reg = policy_namespace, operator.registry
     pusher.push(f"{ns}/app", "prod", seed="peer")
     operator.stop()
-    operator.standalone_flag = False
+    plain = operator.extra_args
+    operator.extra_args = (*plain, "--peering", "imagerefresh", "--priority", "10", "--standalone")
     try:
         operator.start()
         tag = f"{reg}/{ns}/app:prod"
@@ -679,7 +681,14 @@ def test_without_a_peering_name_the_operator_runs_standalone_instead_of_pausing(
         operator.wait_first_tick(ns, "control-plane")
         assert target_status(cluster, ns, "app")["phase"] in ("Refreshing", "Current")
         event_reasons(cluster, ns, "app", "Refreshing")  # it acted: no watch was paused
+        warning = next(
+            json.loads(line)
+            for line in operator.log().splitlines()
+            if "deprecated options ignored" in line
+        )
+        assert warning["options"] == ["--peering", "--standalone", "--priority"]
+        assert operator.metric("imagerefresh_leader") == 1  # without --leader-elect: it leads
     finally:
         operator.stop()
-        operator.standalone_flag = True
+        operator.extra_args = plain
         operator.start()

@@ -41,6 +41,8 @@ BUILD_BINARIES = REPO / "e2e" / "build-binaries"
 UP_TIMEOUT = 240.0
 DOWN_TIMEOUT = 60.0
 CLUSTER_FIXTURES = frozenset({"cluster", "namespace"})
+# e2e/local's API server audits the requests of ServiceAccounts in this namespace, only.
+AUDITED_NAMESPACE = "imagerefresh-audited"
 
 T = TypeVar("T")
 
@@ -64,6 +66,8 @@ class Cluster:
     registry: str | None  # host:port of a plain-HTTP distribution registry, when there is one
     started_here: bool  # this session ran `e2e/local up` and will run `e2e/local down`
     kubectl_cache: Path
+    # The API server's audit log (requests of ServiceAccounts in AUDITED_NAMESPACE only).
+    audit_log: Path | None = None
 
     @property
     def env(self) -> dict[str, str]:
@@ -164,6 +168,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             registry=os.environ.get("IMAGEREFRESH_TEST_REGISTRY") or None,
             started_here=False,
             kubectl_cache=cache,
+            audit_log=_audit_log(os.environ.get("IMAGEREFRESH_TEST_AUDIT_LOG")),
         )
         _check_loopback(env_cluster)
         _check_reachable(env_cluster)
@@ -191,6 +196,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         registry=exported["IMAGEREFRESH_TEST_REGISTRY"],
         started_here=not already_up,
         kubectl_cache=cache,
+        audit_log=_audit_log(exported.get("IMAGEREFRESH_TEST_AUDIT_LOG")),
     )
     try:
         _check_reachable(local)
@@ -274,6 +280,10 @@ def parse_exports(stdout: str) -> dict[str, str]:
     if missing:
         pytest.fail(f"`e2e/local up` printed no {sorted(missing)}:\n{stdout}", pytrace=False)
     return found
+
+
+def _audit_log(path: str | None) -> Path | None:
+    return Path(path) if path else None
 
 
 def _check_loopback(c: Cluster) -> None:

@@ -45,7 +45,6 @@ class Operator:
     front: HubFront | None = None  # a Docker-Hub-like front before the registry
     process: subprocess.Popen[bytes] | None = None
     extra_args: tuple[str, ...] = ()
-    standalone_flag: bool = True
     liveness_port: int = field(default_factory=free_port)
     _bumps: int = field(default=0)
     _log_offset: int = field(default=0)
@@ -64,7 +63,6 @@ class Operator:
                 "run",
                 "--namespace",
                 "irp-*",
-                *(("--standalone",) if self.standalone_flag else ()),
                 "--metrics-port",
                 str(self.metrics_port),
                 "--liveness-port",

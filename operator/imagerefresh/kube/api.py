@@ -7,10 +7,13 @@ shape. Every failure leaves here as a :class:`~imagerefresh.kube.errors.KubeErro
 :func:`~imagerefresh.kube.errors.translate`; nothing above this module sees ``ApiException``
 or urllib3.
 
-Writes are few and guarded: image patches are JSON Patches whose ``test`` ops pin what we
-read (a concurrent change fails them as :class:`PreconditionFailed`), status is replaced with
-the ``resourceVersion`` it was computed from (a concurrent write fails it as
-:class:`ResourceConflict`), and events are best-effort — they never break a tick.
+Writes are few and guarded. With leader election on, every write but the Lease's own is
+refused before it is sent (:class:`~imagerefresh.kube.errors.NotLeader`) unless the
+``write_gate`` says this process still holds the Lease — so a deposed leader cannot write over
+its successor, whatever part of it is still running. Image patches are JSON Patches whose
+``test`` ops pin what we read (a concurrent change fails them as :class:`PreconditionFailed`),
+status is replaced with the ``resourceVersion`` it was computed from (a concurrent write fails
+it as :class:`ResourceConflict`), and events are best-effort — they never break a tick.
 
 No API client exists until :meth:`KubeApi.from_environment` (or the caller) builds one.
 
@@ -43,7 +46,7 @@ import structlog
 from kubernetes.client.exceptions import ApiException
 
 from imagerefresh.credentials import Credentials, InvalidDockerConfig, parse_docker_config
-from imagerefresh.kube.errors import Forbidden, KubeError, NotFound, translate
+from imagerefresh.kube.errors import Forbidden, KubeError, NotFound, NotLeader, translate
 from imagerefresh.kube.selectors import InvalidSelector, label_selector
 from imagerefresh.planner import OPERATOR_FIELD_MANAGER, ImagePatch, check_patch
 
@@ -78,6 +81,7 @@ DEFAULT_CONNECTIONS = 16
 # kind → its resource under /apis/apps/v1
 _WORKLOADS = {"Deployment": "deployments", "DaemonSet": "daemonsets", "StatefulSet": "statefulsets"}
 _POLICIES = f"/apis/{POLICY_GROUP}/{POLICY_VERSION}/namespaces/{{namespace}}/{POLICY_PLURAL}"
+_LEASES = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
 Query = Sequence[tuple[str, Any]]
 Json = dict[str, Any]
 T = TypeVar("T")
@@ -126,13 +130,20 @@ class KubeApi:
         api_client: kubernetes.client.ApiClient,
         *,
         timeout: tuple[float, float] = DEFAULT_TIMEOUT,
+        write_gate: Callable[[], bool] | None = None,
     ) -> None:
         self.api_client = api_client
         self._timeout = timeout
+        # None: every write may be sent (no leader election). Else asked before each write.
+        self.write_gate = write_gate
 
     @classmethod
     def from_environment(
-        cls, kubeconfig: str | None = None, *, connections: int = DEFAULT_CONNECTIONS
+        cls,
+        kubeconfig: str | None = None,
+        *,
+        connections: int = DEFAULT_CONNECTIONS,
+        timeout: tuple[float, float] = DEFAULT_TIMEOUT,
     ) -> KubeApi:
         """In a pod, its ServiceAccount; else ``kubeconfig``, ``$KUBECONFIG`` or ~/.kube/config.
 
@@ -158,7 +169,7 @@ class KubeApi:
         except (OSError, ValueError) as error:  # an unreadable or malformed kubeconfig
             unusable = kubernetes.config.ConfigException(f"{type(error).__name__}: {error}")
             raise translate(unusable, what="configure the Kubernetes client") from error
-        return cls(kubernetes.client.ApiClient(configuration))
+        return cls(kubernetes.client.ApiClient(configuration), timeout=timeout)
 
     def close(self) -> None:
         """Release the client's connection pool."""
@@ -417,6 +428,58 @@ class KubeApi:
             content_type=JSON_PATCH,
         )
 
+    # -- the leader-election Lease ----------------------------------------------------------------
+    # Never gated: taking and renewing the Lease is how a process earns the right to write.
+
+    def read_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The Lease as raw API JSON, or None when it does not exist."""
+        try:
+            return self._request(
+                f"get Lease {namespace}/{name}", "GET", _lease_path(namespace, name)
+            )
+        except NotFound:
+            return None
+
+    def create_lease(self, namespace: str, name: str, spec: Mapping[str, Any]) -> dict[str, Any]:
+        """Create the Lease; a 409 (someone created it first) raises a KubeError of status 409."""
+        return self._request(
+            f"create Lease {namespace}/{name}",
+            "POST",
+            _LEASES.format(namespace=_segment(namespace)),
+            query=[("fieldManager", FIELD_MANAGER)],
+            body={
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": dict(spec),
+            },
+            gated=False,
+        )
+
+    def replace_lease(
+        self, namespace: str, name: str, resource_version: str, spec: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """PUT the Lease's spec as of ``resource_version``: ResourceConflict when it moved on."""
+        if not resource_version:
+            raise ValueError("replace_lease needs the Lease's metadata.resourceVersion")
+        return self._request(
+            f"update Lease {namespace}/{name}",
+            "PUT",
+            _lease_path(namespace, name),
+            query=[("fieldManager", FIELD_MANAGER)],
+            body={
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {
+                    "name": name,
+                    "namespace": namespace,
+                    "resourceVersion": resource_version,
+                },
+                "spec": dict(spec),
+            },
+            gated=False,
+        )
+
     # -- events -------------------------------------------------------------------------------
 
     def post_event(
@@ -451,11 +514,18 @@ class KubeApi:
         body: Any = None,
         content_type: str = "application/json",
         answer: bool = True,
+        gated: bool = True,
     ) -> dict[str, Any]:
         """``method`` ``path`` for its raw JSON answer; every failure becomes a KubeError.
 
-        With ``answer=False`` the (successful) answer is read but not parsed: ``{}``.
+        With ``answer=False`` the (successful) answer is read but not parsed: ``{}``. A write
+        (any method but GET) with ``gated`` is sent only while the write gate allows it.
         """
+        if gated and method != "GET" and self.write_gate is not None and not self.write_gate():
+            raise NotLeader(
+                f"{what}: not sent — this process does not hold the leader-election Lease (any "
+                "more); it writes nothing and exits, and its Deployment restarts it as a candidate"
+            )
         headers = {"Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = content_type
@@ -587,6 +657,10 @@ def _workload_path(kind: str, namespace: str, name: str) -> str:
 
 def _policy_path(namespace: str, name: str) -> str:
     return _POLICIES.format(namespace=_segment(namespace)) + f"/{_segment(name)}"
+
+
+def _lease_path(namespace: str, name: str) -> str:
+    return _LEASES.format(namespace=_segment(namespace)) + f"/{_segment(name)}"
 
 
 def _names(references: Any) -> list[str]:

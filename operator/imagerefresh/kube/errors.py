@@ -10,7 +10,8 @@ happened *and what to do*, so callers handle API trouble by kind, never by statu
   ├─ ``Forbidden``           — 401/403: names the verb and resource to grant (RBAC)
   ├─ ``PreconditionFailed``  — a JSON Patch ``test`` op failed: the object changed since read
   ├─ ``ResourceConflict``    — 409: a stale ``resourceVersion`` on an update
-  └─ ``KubeUnavailable``     — no usable answer: connection refused, timeouts, 429, 5xx
+  ├─ ``KubeUnavailable``     — no usable answer: connection refused, timeouts, 429, 5xx
+  └─ ``NotLeader``           — never sent: this process no longer holds the leader Lease
 
 How a failed ``test`` op is recognised: the API server applies a JSON Patch and, when that
 fails for any reason (a ``test`` whose value differs, a path that no longer exists), answers
@@ -36,6 +37,7 @@ __all__ = [
     "KubeError",
     "KubeUnavailable",
     "NotFound",
+    "NotLeader",
     "PreconditionFailed",
     "ResourceConflict",
     "translate",
@@ -83,6 +85,11 @@ class ResourceConflict(KubeError):
 
 class KubeUnavailable(KubeError):
     """No usable answer from the API server; worth retrying later."""
+
+
+class NotLeader(KubeError):
+    """A write refused before it was sent: leader election is on and this process does not
+    hold the Lease (any more). It writes nothing and exits; its Deployment restarts it."""
 
 
 def translate(error: Exception, *, what: str) -> KubeError:

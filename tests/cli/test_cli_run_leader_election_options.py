@@ -1,0 +1,49 @@
+"""`imagerefresh run --leader-elect`'s options: where the Lease lives, and timings that could
+let two leaders overlap refused before anything starts."""
+
+from __future__ import annotations
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from imagerefresh import cli
+from imagerefresh.cli import lease_namespace, main
+
+
+@pytest.fixture(autouse=True)
+def outside_a_pod(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("POD_NAMESPACE", raising=False)
+    monkeypatch.setattr(cli, "SERVICE_ACCOUNT_NAMESPACE", "/nonexistent/namespace")
+
+
+def test_the_lease_namespace_is_the_given_one_else_the_pods_else_the_first_exact_watched(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert lease_namespace("ops", ("irp-*", "tracebloc")) == "ops"
+    assert lease_namespace(None, ("irp-*", "tracebloc", "other")) == "tracebloc"
+    monkeypatch.setenv("POD_NAMESPACE", "home")
+    assert lease_namespace(None, ("tracebloc",)) == "home"
+
+
+def test_without_any_namespace_to_put_the_lease_in_the_operator_says_which_option_to_give() -> None:
+    with pytest.raises(click.UsageError, match="give --leader-election-namespace"):
+        lease_namespace(None, ("irp-*",))
+
+
+def test_timings_where_a_standby_could_take_over_from_a_still_writing_leader_are_refused() -> None:
+    result = CliRunner().invoke(
+        main,
+        [
+            "run",
+            "--namespace",
+            "tracebloc",
+            "--leader-elect",
+            "--leader-election-lease-duration",
+            "5",
+            "--leader-election-renew-deadline",
+            "10",
+        ],
+    )
+    assert result.exit_code == 2
+    assert "the lease duration must be longer than the renew deadline" in result.output

@@ -1,0 +1,163 @@
+"""Candidates for one Lease on a real API server, with short timings (lease 3 s, renew 2 s,
+retry 0.5 s): one leads, the other only reads; the standby takes over once the leader stops
+renewing; a leader stops writing the moment it sees another holder, or at its renew deadline
+when it cannot renew. Waits are bounded and generous; nothing asserts how long anything took.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Iterator
+
+import kubernetes.client
+import pytest
+
+from imagerefresh.kube import KubeApi
+from imagerefresh.lease import record_from_api
+from imagerefresh.runtime.election import ElectionTimings, Elector, LeaderGate
+
+from support.cluster_env import Cluster
+from support.registry_env import free_port
+
+pytestmark = pytest.mark.cluster
+
+FAST = ElectionTimings(lease_duration=3.0, renew_deadline=2.0, retry_period=0.5)
+BOUND = 30.0  # generous: several lease durations
+
+
+@pytest.fixture
+def api(cluster: Cluster) -> Iterator[KubeApi]:
+    kube = KubeApi.from_environment(cluster.kubeconfig, timeout=(1.0, 1.0))
+    yield kube
+    kube.close()
+
+
+@contextlib.asynccontextmanager
+async def running(coroutine: object) -> AsyncIterator[asyncio.Task[object]]:
+    task: asyncio.Task[object] = asyncio.ensure_future(coroutine)  # type: ignore[arg-type]
+    try:
+        yield task
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+
+
+def holder(api: KubeApi, namespace: str) -> str:
+    lease = api.read_lease(namespace, "imagerefresh")
+    assert lease is not None
+    return record_from_api(lease).holder
+
+
+async def test_of_two_candidates_one_leads_the_other_waits_and_takes_over_when_it_stops(
+    api: KubeApi, namespace: str
+) -> None:
+    a = Elector(api, namespace, "imagerefresh", "a", FAST)
+    b = Elector(api, namespace, "imagerefresh", "b", FAST)
+    first_a, first_b = asyncio.ensure_future(a.acquire()), asyncio.ensure_future(b.acquire())
+    done, _ = await asyncio.wait({first_a, first_b}, timeout=BOUND, return_when="FIRST_COMPLETED")
+    assert len(done) == 1
+    leader, standby, waiting = (a, b, first_b) if first_a in done else (b, a, first_a)
+    assert leader.gate()
+    assert not standby.gate()
+    assert holder(api, namespace) == leader.identity
+
+    async with running(leader.hold()) as holding:
+        # Several lease durations of renewals: the standby never takes the Lease meanwhile.
+        await asyncio.sleep(4 * FAST.lease_duration)
+        assert not waiting.done()
+        assert not holding.done()
+        assert holder(api, namespace) == leader.identity
+        assert leader.gate()
+        assert not standby.gate()
+
+    # The leader stops renewing without releasing (as if killed): the standby takes over.
+    await asyncio.wait_for(waiting, timeout=BOUND)
+    assert holder(api, namespace) == standby.identity
+    assert standby.gate()
+    assert not leader.gate()  # its deadline passed long before the Lease expired for others
+    lease = api.read_lease(namespace, "imagerefresh")
+    assert lease is not None
+    assert lease["spec"]["leaseTransitions"] == 1
+    for elector in (a, b):
+        elector.close()
+
+
+async def test_a_leader_that_sees_another_holder_closes_its_gate_at_once(
+    api: KubeApi, namespace: str
+) -> None:
+    leader = Elector(api, namespace, "imagerefresh", "a", FAST)
+    await asyncio.wait_for(leader.acquire(), timeout=BOUND)
+    async with running(leader.hold()) as holding:
+        lease = api.read_lease(namespace, "imagerefresh")
+        assert lease is not None
+        stolen = {**lease["spec"], "holderIdentity": "usurper", "leaseDurationSeconds": 60}
+        api.replace_lease(namespace, "imagerefresh", lease["metadata"]["resourceVersion"], stolen)
+        why = await asyncio.wait_for(holding, timeout=BOUND)
+    assert why == "another candidate holds the Lease"
+    assert not leader.gate()
+    assert holder(api, namespace) == "usurper"  # the deposed leader wrote nothing over it
+    leader.close()
+
+
+async def test_a_leader_that_cannot_renew_stops_writing_at_its_renew_deadline(
+    api: KubeApi, cluster: Cluster, namespace: str
+) -> None:
+    leader = Elector(api, namespace, "imagerefresh", "a", FAST)
+    await asyncio.wait_for(leader.acquire(), timeout=BOUND)
+    # From now on every request of the elector meets a closed port: real refused connections.
+    configuration = kubernetes.client.Configuration()
+    configuration.host = f"https://127.0.0.1:{free_port()}"
+    unreachable = KubeApi(kubernetes.client.ApiClient(configuration), timeout=(0.5, 0.5))
+    leader.api = unreachable
+    why = await asyncio.wait_for(leader.hold(), timeout=BOUND)
+    assert "renew deadline" in why
+    assert not leader.gate()
+    assert holder(api, namespace) == "a"  # nobody else took it: it simply expires for others
+    unreachable.close()
+    leader.close()
+
+
+async def test_a_graceful_stop_releases_the_lease_so_a_standby_need_not_wait_it_out(
+    api: KubeApi, namespace: str
+) -> None:
+    slow = ElectionTimings(lease_duration=600.0, renew_deadline=2.0, retry_period=0.5)
+    leader = Elector(api, namespace, "imagerefresh", "a", slow)
+    standby = Elector(api, namespace, "imagerefresh", "b", slow)
+    await asyncio.wait_for(leader.acquire(), timeout=BOUND)
+    async with running(standby.acquire()) as waiting:
+        await leader.release()
+        assert not leader.gate()
+        # With a 600 s lease, only the release lets the standby in within the bound.
+        await asyncio.wait_for(waiting, timeout=BOUND)
+    assert holder(api, namespace) == "b"
+    for elector in (leader, standby):
+        elector.close()
+
+
+def test_the_gate_opens_only_until_the_deadline_and_never_again_once_closed() -> None:
+    now = [100.0]
+    gate = LeaderGate(clock=lambda: now[0])
+    assert not gate()
+    gate.extend(110.0)
+    assert gate()
+    gate.extend(105.0)  # an older renewal's deadline never shortens a newer one
+    now[0] = 109.999
+    assert gate()
+    now[0] = 110.0
+    assert not gate()
+    gate.extend(200.0)
+    gate.close()
+    assert not gate()
+
+
+@pytest.mark.parametrize(
+    ("lease", "renew", "retry"),
+    [(10.0, 10.0, 2.0), (15.0, 10.0, 9.0), (15.0, 10.0, 0.0)],
+)
+def test_timings_that_could_let_two_leaders_overlap_are_refused(
+    lease: float, renew: float, retry: float
+) -> None:
+    with pytest.raises(ValueError, match="must"):
+        ElectionTimings(lease, renew, retry)
