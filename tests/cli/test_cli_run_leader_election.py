@@ -26,6 +26,7 @@ from support.accounts import AuditEntry, audited_kubeconfig, audited_writes
 from support.cluster_env import Cluster, eventually
 from support.operator_env import Operator, deployment_with_policy
 from support.registry_env import ImagePusher, free_port
+from support.scenario import deployment, event_reasons, policy, target, target_status
 
 pytestmark = pytest.mark.cluster
 
@@ -138,6 +139,44 @@ def test_only_the_leader_writes_and_the_standby_takes_over_after_the_leader_is_k
     assert b.process is not None
     assert b.process.returncode == 0
     assert cluster.get("lease", LEASE, "-n", ns)["spec"]["holderIdentity"] == ""
+
+
+def test_a_new_leader_judges_the_rollout_the_killed_one_started_and_never_patches_again(
+    candidates: Candidates, cluster: Cluster, pusher: ImagePusher
+) -> None:
+    ns, reg = candidates.namespace, candidates.registry
+    first, second = f"a-{secrets.token_hex(3)}", f"b-{secrets.token_hex(3)}"
+    pushed = pusher.push(f"{ns}/app", "prod", seed="mid-rollout")
+    tag = f"{reg}/{ns}/app:prod"
+    # New pods become Ready only 20 s after they are scheduled: the rollout the first leader
+    # starts is still in flight when it is killed.
+    slow = {"imagerefresh.test/ready-after": "20s"}
+    cluster.apply(deployment("app", {"app": tag}, replicas=1, annotations=slow), namespace=ns)
+    cluster.apply(policy("control-plane", target("app", app=tag)), namespace=ns)
+
+    a = candidates.start(first)
+    eventually(lambda: leads(a), timeout=BOUND, what=f"{first} to lead")
+    b = candidates.start(second)
+    eventually(
+        lambda: target_status(cluster, ns, "app").get("pending"),
+        timeout=BOUND,
+        what="the first leader's refresh to be in flight",
+    )
+    a.kill()
+    eventually(lambda: leads(b), timeout=BOUND, what=f"{second} to take over")
+    # The verdict comes from the new leader, from the pending record in status.
+    current = eventually(
+        lambda: (found := target_status(cluster, ns, "app"))["phase"] == "Current" and found,
+        timeout=BOUND,
+        what="the new leader's verdict",
+    )
+    assert current["lastGood"] == {"app": f"{reg}/{ns}/app@{pushed.digest}"}
+    event_reasons(cluster, ns, "app", "Refreshing", "Refreshed")
+    writes = [w for w in audited_writes(cluster, first, second) if w.succeeded]
+    patches = [w for w in writes if w.resource == "deployments" and w.verb == "patch"]
+    assert [w.account for w in patches] == [first]  # exactly one patch for that digest
+    verdicts = [w for w in writes if w.resource == "imagerefreshpolicies/status"]
+    assert verdicts[-1].account == second
 
 
 def test_a_leader_that_finds_another_holder_exits_non_zero_and_writes_nothing_more(
