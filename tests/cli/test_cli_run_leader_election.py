@@ -152,6 +152,7 @@ def test_a_new_leader_judges_the_rollout_the_killed_one_started_and_never_patche
     # starts is still in flight when it is killed.
     slow = {"imagerefresh.test/ready-after": "20s"}
     cluster.apply(deployment("app", {"app": tag}, replicas=1, annotations=slow), namespace=ns)
+    cluster.kubectl("rollout", "status", "-n", ns, "deployment/app", "--timeout=90s")
     cluster.apply(policy("control-plane", target("app", app=tag)), namespace=ns)
 
     a = candidates.start(first)
@@ -189,6 +190,16 @@ def test_a_leader_that_finds_another_holder_exits_non_zero_and_writes_nothing_mo
     a = candidates.start(leader)
     eventually(lambda: leads(a), timeout=BOUND, what=f"{leader} to lead")
     a.wait_first_tick(ns, "control-plane", timeout=BOUND)
+    # Its refresh judged, the leader has nothing to write until its next interval tick: any
+    # write of it after the Lease is taken would be one it should not have sent. (While a
+    # rollout is followed, a write in the instant before its next renewal notices the new
+    # holder is possible; only a usurper that does not wait for the Lease to expire, as this
+    # one, makes that instant matter.)
+    eventually(
+        lambda: target_status(cluster, ns, "app")["phase"] == "Current",
+        timeout=BOUND,
+        what="the leader's refresh to be judged",
+    )
 
     # Another identity takes the Lease (as a candidate whose clock ran fast might).
     kubeconfig = audited_kubeconfig(cluster, usurper, candidates.directory / usurper)
