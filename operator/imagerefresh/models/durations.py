@@ -54,8 +54,6 @@ def parse_duration(text: str) -> timedelta:
 def format_duration(value: timedelta) -> str:
     """Format like Go's ``Duration.String`` for whole seconds: ``1h30m0s``, ``15m0s``, ``30s``."""
     total = value.total_seconds()
-    if total == 0:
-        return "0s"
     sign = "-" if total < 0 else ""
     total = abs(total)
     hours, rest = divmod(total, 3600)
