@@ -37,7 +37,9 @@ from support.operator_env import Operator, kwok_pod_template
 from support.podman_env import PODMAN_RUN, podman
 from support.registry_env import ImagePusher, free_port
 
-pytestmark = pytest.mark.cluster
+# Two start-ups at the chart's 100m cpu limit, a helm install and a rollout: on a loaded
+# 2-core machine this outgrows the suite's 300 s default, which stays for every other test.
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 
 RELEASE = "img"
 FULLNAME = f"{RELEASE}-imagerefresh"

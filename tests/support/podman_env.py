@@ -12,8 +12,10 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 
 import pytest
 
@@ -39,7 +41,12 @@ def podman(
 ) -> subprocess.CompletedProcess[str]:
     """Run podman with runc; with ``check`` a failure fails the test with podman's stderr."""
     argv = [podman_binary(), "--runtime", "runc", *args]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    # conmon leaves an `oom` file in its working directory when a container is OOM-killed.
+    workdir = Path(tempfile.gettempdir()) / "imagerefresh-podman"
+    workdir.mkdir(exist_ok=True)
+    proc = subprocess.run(
+        argv, capture_output=True, text=True, timeout=timeout, check=False, cwd=workdir
+    )
     if check and proc.returncode != 0:
         pytest.fail(f"{' '.join(argv)} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
     return proc
