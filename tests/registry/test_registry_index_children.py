@@ -55,6 +55,22 @@ async def test_a_single_platform_manifest_has_no_children(
         assert await client.children(parse(pushed.reference), pushed.digest) == frozenset()
 
 
+@pytest.mark.parametrize(
+    ("kind", "may_be_index"),
+    [("oci-manifest", False), ("oci-index", True), ("docker-list", True)],
+)
+async def test_a_resolution_says_whether_its_digest_may_name_an_index(
+    registry: str, pusher: ImagePusher, kind: str, may_be_index: bool
+) -> None:
+    # So that the shell reads children only of what may have them: a single-platform tag's
+    # pods reporting another digest cost no GET.
+    pushed = pusher.push(f"children/kind-{kind}", "prod", seed=kind, kind=kind)
+    async with client_for(registry) as client:
+        resolution = await client.resolve(parse(pushed.reference))
+    assert resolution.media_type == pushed.media_type
+    assert resolution.may_be_index is may_be_index
+
+
 async def test_an_index_whose_body_does_not_hash_to_its_digest_is_refused(
     hostile: HostileRegistry, pusher: ImagePusher
 ) -> None:

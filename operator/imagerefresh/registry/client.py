@@ -135,6 +135,13 @@ class Resolution:
     registry: str  # the host the request went to
     ratelimit: RateLimitReport
     method: RequestKind  # HEAD, or GET when the registry omitted the digest header
+    media_type: str = ""  # the manifest's Content-Type as the registry sent it ("" if none)
+
+    @property
+    def may_be_index(self) -> bool:
+        """Whether the digest may name a multi-platform index (a single-platform manifest
+        has no children to read)."""
+        return self.media_type not in MANIFEST_MEDIA_TYPES[2:]
 
 
 @dataclass(frozen=True, slots=True)
@@ -433,7 +440,7 @@ class RegistryClient:
         digest = self._validated_digest(digest_header, host)
         report = self._record_report(answer, host, _account(credentials))
         log.debug("resolved", reference=str(tracked), digest=digest, registry=host, via=method)
-        return Resolution(tracked, digest, host, report, method)
+        return Resolution(tracked, digest, host, report, method, _media_type(answer.headers))
 
     def _manifest_digest(self, answer: Answer, host: str) -> str:
         """The sha256 of a GET fallback's body — only if it is a manifest at all."""

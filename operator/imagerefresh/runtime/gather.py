@@ -311,10 +311,15 @@ async def gather(
 
     # Where pods report another digest than the tag resolved to, it may be one of the index's
     # platform manifests (containers/image runtimes report those): read the index's children.
+    # A tag the registry answered with a single-platform manifest has none: no request.
     indexes: dict[tuple[TargetKey, str], tuple[ResolutionKey, str]] = {}
     for (key, name), resolution_key in wanted.items():
         outcome = outcomes[resolution_key]
-        if not isinstance(outcome, Exception) and _reports_other(reads[key], name, outcome.digest):
+        if (
+            not isinstance(outcome, Exception)
+            and outcome.may_be_index
+            and _reports_other(reads[key], name, outcome.digest)
+        ):
             indexes[(key, name)] = (resolution_key, outcome.digest)
     unique = list(dict.fromkeys(indexes.values()))
     read_children = await asyncio.gather(*(resolver.children(k, d) for k, d in unique))
