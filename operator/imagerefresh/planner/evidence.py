@@ -188,9 +188,19 @@ class ObservedPod:
 
 @dataclass(frozen=True, slots=True)
 class Resolved:
-    """The registry's answer for a tracked tag."""
+    """The registry's answer for a tracked tag.
+
+    ``children`` are the platform manifests of ``digest`` when it is a multi-platform index and
+    pods were seen reporting another digest (runtimes built on containers/image, CRI-O and
+    podman, report the platform manifest they pulled, not the index); otherwise empty.
+    """
 
     digest: str
+    children: frozenset[str] = frozenset()
+
+    def is_content_of(self, digest: str | None) -> bool:
+        """Whether a pod reporting ``digest`` runs what this resolution names."""
+        return digest is not None and (digest == self.digest or digest in self.children)
 
 
 @dataclass(frozen=True, slots=True)
