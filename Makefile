@@ -11,10 +11,11 @@ BIN := $(VENV)/bin
 export IMAGEREFRESH_CACHE ?= $(HOME)/.cache/imagerefresh
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 # Debian packages the tests run for real: the distribution registry, openssl for the local
-# control plane's certificates.
-DEBIAN_PACKAGES := docker-registry openssl
+# control plane's certificates; podman and runc build and run the operator's image (no Docker
+# engine), mmdebstrap makes its local base from Debian's packages (docker.io is unreachable).
+DEBIAN_PACKAGES := docker-registry openssl podman runc mmdebstrap
 
-.PHONY: setup system-deps binaries lint types contracts unit test demo clean mutation
+.PHONY: setup system-deps binaries image lint types contracts unit test demo clean mutation
 
 system-deps:
 	@missing=(); for p in $(DEBIAN_PACKAGES); do \
@@ -38,6 +39,11 @@ setup: system-deps $(VENV)/.installed
 binaries:
 	e2e/build-binaries
 
+# The operator's image, built by podman from the Dockerfile on a base made from Debian's
+# packages (cached in $(IMAGEREFRESH_CACHE)/base); prints its tag, ID and size.
+image: system-deps
+	e2e/build-image
+
 lint: setup
 	$(BIN)/ruff check operator tests e2e e2e/local bench mutation
 	$(BIN)/ruff format --check operator tests e2e e2e/local bench mutation
@@ -52,7 +58,7 @@ contracts: setup
 unit: setup
 	$(BIN)/pytest -m 'not cluster' $(PYTEST_ARGS)
 
-test: setup binaries lint types contracts
+test: setup binaries image lint types contracts
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 # How much the fast tests bite: mutmut over the pure core, score per module and every survivor

@@ -1,3 +1,8 @@
 """Shared pytest set-up: the real parts the tests run against are session fixtures in support/."""
 
-pytest_plugins = ["support.registry_env", "support.cluster_env", "support.operator_env"]
+pytest_plugins = [
+    "support.registry_env",
+    "support.cluster_env",
+    "support.operator_env",
+    "support.podman_env",
+]

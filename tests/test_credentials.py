@@ -12,6 +12,7 @@ from imagerefresh.credentials import (
     InvalidDockerConfig,
     credentials_for,
     parse_docker_config,
+    registry_key,
 )
 
 
@@ -96,3 +97,79 @@ def test_each_credential_carries_the_pull_secret_it_came_from() -> None:
         source="team/regcred",
     )
     assert {creds.identity for creds in parsed.values()} == {"team/regcred"}
+
+
+@pytest.mark.parametrize(
+    ("server", "key"),
+    [
+        ("https://index.docker.io/v1/", "docker.io"),
+        ("registry-1.docker.io", "docker.io"),
+        ("Registry.Hub.Docker.com", "docker.io"),
+        ("http://127.0.0.1:5000/v2/", "127.0.0.1:5000"),
+        ("GHCR.io", "ghcr.io"),
+    ],
+)
+def test_a_pull_secret_is_filed_under_the_host_the_kubelet_matches(server: str, key: str) -> None:
+    assert registry_key(server) == key
+    assert list(parse_docker_config(config(**{server: auth("alice", "pw")}))) == [key]
+
+
+@pytest.mark.parametrize(
+    ("entry", "expected"),
+    [
+        # username without a password, or an empty username: the auth field is what counts.
+        ({"username": "u", **auth("a", "b")}, Credentials("a", "b")),
+        ({"username": "", "password": "p", **auth("a", "b")}, Credentials("a", "b")),
+        ({"username": "u", "password": "p", **auth("a", "b")}, Credentials("u", "p")),
+        # Nothing the operator could send: skipped, not an error.
+        ({"auth": ""}, None),
+        ({"auth": 12345}, None),
+        ({"identitytoken": "opaque"}, None),
+    ],
+    ids=["username-only", "empty-username", "both", "empty-auth", "auth-not-text", "token-only"],
+)
+def test_which_fields_of_an_entry_are_used(entry: dict[str, object], expected: object) -> None:
+    parsed = parse_docker_config(json.dumps({"auths": {"x.io": entry}}))
+    assert parsed.get("x.io") == expected
+
+
+def test_a_username_password_entry_carries_its_pull_secret_too() -> None:
+    parsed = parse_docker_config(
+        config(**{"x.io": {"username": "u", "password": "p"}}), source="team/regcred"
+    )
+    assert parsed["x.io"].identity == "team/regcred"
+
+
+def test_an_entry_that_is_not_an_object_is_skipped_and_the_rest_still_read() -> None:
+    raw = json.dumps({"auths": {"a.io": "junk", "b.io": auth("bob", "pw")}})
+    assert parse_docker_config(raw) == {"b.io": Credentials("bob", "pw")}
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ("not json", "the pull secret is not valid JSON; recreate it"),
+        ("[]", "the pull secret is not a JSON object; recreate it"),
+        (json.dumps({"auths": []}), "the pull secret's 'auths' is not an object; recreate it"),
+        (
+            json.dumps({"auths": {"x.io": {"auth": "%%%"}}}),
+            "the 'auth' of 'x.io' is not base64 of user:password; recreate the secret",
+        ),
+        # Go's base64 (the kubelet's) rejects stray characters; so do we, never skipping them.
+        (
+            json.dumps({"auths": {"x.io": {"auth": auth("a", "b")["auth"] + "!"}}}),
+            "the 'auth' of 'x.io' is not base64 of user:password; recreate the secret",
+        ),
+        (
+            json.dumps({"auths": {"x.io": {"auth": base64.b64encode(b"nocolon").decode()}}}),
+            "the 'auth' of 'x.io' does not decode to user:password; recreate the secret",
+        ),
+    ],
+    ids=["not-json", "not-object", "auths-not-object", "not-base64", "stray-char", "no-colon"],
+)
+def test_an_unreadable_pull_secret_says_what_is_wrong_and_to_recreate_it(
+    raw: str, message: str
+) -> None:
+    with pytest.raises(InvalidDockerConfig) as error:
+        parse_docker_config(raw)
+    assert str(error.value) == message

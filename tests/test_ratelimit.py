@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import pytest
+import structlog
 
 from imagerefresh.ratelimit import (
+    Affordability,
+    BudgetSnapshot,
     PullBudget,
     RateLimitLedger,
     RateLimitReport,
@@ -162,3 +165,152 @@ def test_malformed_headers_are_counted_across_reports() -> None:
     budget.record_report(bad, now=1)
     budget.record_report(bad, now=2)
     assert budget.malformed_headers == 4
+
+
+def test_a_remaining_count_alone_is_read() -> None:
+    report = parse_ratelimit_headers({"RateLimit-Remaining": "5;w=60"})
+    assert (report.limit, report.remaining, report.window_seconds) == (None, 5, 60)
+
+
+def test_a_malformed_header_is_logged_with_its_name_and_a_bounded_value() -> None:
+    with structlog.testing.capture_logs() as logs:
+        parse_ratelimit_headers({"ratelimit-limit": "100", "ratelimit-remaining": "x" * 500})
+    assert logs == [
+        {
+            "event": "malformed rate-limit header",
+            "header": "ratelimit-remaining",
+            "value": "x" * 100,
+            "log_level": "warning",
+        }
+    ]
+
+
+HUB = "registry-1.docker.io"
+WHO = f"{HUB} for tracebloc/regcred"
+
+
+def _report(limit: int | None, remaining: int | None, window: int | None) -> RateLimitReport:
+    return RateLimitReport(limit, remaining, window, "203.0.113.7")
+
+
+# Every answer in full: whether, why (the words an SRE reads in a Deferred target's message),
+# whether a limit applies at all, and the pulls believed left.
+ANSWERS: list[tuple[str, BudgetSnapshot, int, int, Affordability]] = [
+    (
+        "paused by a 429",
+        BudgetSnapshot(HUB, "anonymous", _report(100, 50, 21600), 50, blocked="paused for 30s"),
+        1,
+        0,
+        Affordability(False, "paused for 30s", True),
+    ),
+    (
+        "no headers: not limited",
+        BudgetSnapshot(HUB, "tracebloc/regcred", RateLimitReport()),
+        1000,
+        2,
+        Affordability(True, f"not limited: {WHO} reports no rate limit", False),
+    ),
+    (
+        "both headers malformed",
+        BudgetSnapshot(
+            HUB,
+            "tracebloc/regcred",
+            RateLimitReport(malformed=("ratelimit-limit", "ratelimit-remaining")),
+        ),
+        1,
+        0,
+        Affordability(
+            False,
+            f"{WHO} sent rate-limit headers that could not be read "
+            "(ratelimit-limit, ratelimit-remaining); refusing to guess",
+            True,
+        ),
+    ),
+    (
+        "a limit but no remaining count",
+        BudgetSnapshot(HUB, "tracebloc/regcred", _report(100, None, 21600)),
+        1,
+        0,
+        Affordability(
+            False,
+            f"{WHO} sent rate-limit headers that could not be read (no remaining count); "
+            "refusing to guess",
+            True,
+        ),
+    ),
+    (
+        "enough, with limit and window",
+        BudgetSnapshot(HUB, "tracebloc/regcred", _report(100, 10, 21600), 10),
+        3,
+        2,
+        Affordability(
+            True, f"{WHO} has 10 pulls left of 100 per 21600s; this refresh needs 3", True, 10
+        ),
+    ),
+    (
+        "too few, limit without a window",
+        BudgetSnapshot(HUB, "tracebloc/regcred", _report(100, 4, None), 4),
+        3,
+        2,
+        Affordability(
+            False,
+            f"{WHO} has 4 pulls left of 100; this refresh needs 3 and 2 stay reserved for the "
+            "kubelet",
+            True,
+            4,
+        ),
+    ),
+    (
+        "a remaining count without a limit",
+        BudgetSnapshot(HUB, "tracebloc/regcred", _report(None, 4, 60), 4),
+        1,
+        0,
+        Affordability(True, f"{WHO} has 4 pulls left; this refresh needs 1", True, 4),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "snapshot", "pulls", "reserve", "answer"), ANSWERS, ids=[a[0] for a in ANSWERS]
+)
+def test_every_answer_says_whether_why_and_what_is_left(
+    case: str, snapshot: BudgetSnapshot, pulls: int, reserve: int, answer: Affordability
+) -> None:
+    assert snapshot.can_afford(pulls, reserve) == answer
+
+
+def test_a_remaining_count_without_a_limit_survives_its_window_rolling_over() -> None:
+    budget = PullBudget(HUB, "anonymous")
+    budget.record_report(_report(None, 7, 60), now=1000)
+    assert budget.estimated_remaining(now=1060) == 7
+    assert budget.can_afford(7, reserve=0, now=1060).allowed
+
+
+def test_the_ledger_answers_for_the_registry_and_account_asked_about() -> None:
+    ledger = RateLimitLedger()
+    ledger.budget(HUB, "account-1").record_report(_report(100, 5, 60), now=1000)
+    assert ledger.can_afford(HUB, "account-1", 3, 2, now=1001) == Affordability(
+        True, f"{HUB} for account-1 has 5 pulls left of 100 per 60s; this refresh needs 3", True, 5
+    )
+    assert not ledger.can_afford(HUB, "account-1", 4, 2, now=1001).allowed
+    assert ledger.can_afford(HUB, "account-2", 4, 2, now=1001).reason == (
+        f"not limited: {HUB} for account-2 reports no rate limit"
+    )
+
+
+def test_a_snapshot_names_the_pull_secret_never_the_account_key() -> None:
+    ledger = RateLimitLedger()
+    ledger.budget(HUB, "account-1").record_report(_report(100, 5, 60), now=1000)
+    shown = ledger.snapshot(HUB, "account-1", 1001, label="tracebloc/regcred")
+    assert shown == BudgetSnapshot(HUB, "tracebloc/regcred", _report(100, 5, 60), 5)
+    assert ledger.snapshot(HUB, "account-1", 1001) == BudgetSnapshot(
+        HUB, "account-1", _report(100, 5, 60), 5
+    )
+
+
+def test_a_shorter_second_429_never_cuts_the_first_pause_short() -> None:
+    ledger = RateLimitLedger()
+    ledger.pause("r", retry_after=60, now=100)
+    assert ledger.pause("r", retry_after=10, now=110) == 160
+    assert not ledger.can_afford("r", "alice", 0, 0, now=150).allowed
+    assert ledger.can_afford("r", "alice", 0, 0, now=160).allowed

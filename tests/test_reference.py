@@ -10,7 +10,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from imagerefresh.reference import ImageReference, InvalidReference, parse, parse_digest
+from imagerefresh.reference import (
+    ImageReference,
+    InvalidReference,
+    parse,
+    parse_digest,
+    registry_host,
+)
 
 HEX64 = "86e0e091d0da6bde2456dbb48306f3956bbeb2eae1b5b9a43045843f69fe4aaa"
 DIGEST = f"sha256:{HEX64}"
@@ -216,3 +222,82 @@ def test_normalisation_is_idempotent_and_keeps_tag_and_digest(text: str) -> None
     assert isinstance(ref, ImageReference)
     assert (ref.tag is None) == (":" not in text.split("/")[-1].split("@")[0])
     assert (ref.digest is None) == ("@" not in text)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "invalid reference: it is empty; write an image like nginx:1.27"),
+        (
+            HEX64,
+            f"invalid reference {HEX64!r}: a bare 64-character hex string is an image ID, "
+            "not a repository name",
+        ),
+        # The name is quoted, so the user sees which part to lowercase.
+        (
+            "docker/Docker",
+            "invalid reference 'docker/Docker': repository name 'docker/Docker' must be lowercase",
+        ),
+        (
+            f"team/app@{HEX64[:8]}:x",
+            f"invalid reference 'team/app@{HEX64[:8]}:x': expected "
+            "[registry[:port]/]path[:tag][@algorithm:hex] with lowercase path components "
+            "separated by '/'",
+        ),
+        # Uppercase in what reads as a host that is not one: distribution says "uppercase" when
+        # lowering the text would make it valid (ErrNameContainsUppercase)…
+        ("Foo_Bar/app", "invalid reference 'Foo_Bar/app': repository name must be lowercase"),
+        # …and not when lowering would not help.
+        (
+            "foo:-Tag",
+            "invalid reference 'foo:-Tag': expected [registry[:port]/]path[:tag][@algorithm:hex] "
+            "with lowercase path components separated by '/'",
+        ),
+        (
+            "my_host.example/team/app",
+            "invalid reference 'my_host.example/team/app': 'my_host.example' looks like a "
+            "registry host but is not a valid host name",
+        ),
+        # An uppercase digest algorithm is a digest problem, not a repository name problem.
+        (
+            f"foo@SHA256:{HEX64}",
+            f"invalid digest 'SHA256:{HEX64}': unsupported algorithm 'SHA256' "
+            "(supported: sha256, sha384, sha512)",
+        ),
+        (
+            f"foo@sha256:{HEX64.upper()}",
+            f"invalid digest 'sha256:{HEX64.upper()}': sha256 needs exactly 64 lowercase hex "
+            "characters",
+        ),
+    ],
+    ids=[
+        "empty",
+        "image-id",
+        "uppercase-path",
+        "bad-shape",
+        "uppercase-host-like",
+        "uppercase-tag-not-the-problem",
+        "bad-host",
+        "uppercase-algorithm",
+        "uppercase-hex",
+    ],
+)
+def test_each_rejection_says_exactly_what_is_wrong_and_what_to_write(
+    text: str, message: str
+) -> None:
+    with pytest.raises(InvalidReference) as error:
+        parse(text)
+    assert str(error.value) == message
+
+
+@pytest.mark.parametrize(
+    ("domain", "host"),
+    [
+        ("docker.io", "registry-1.docker.io"),
+        ("ghcr.io", "ghcr.io"),
+        ("127.0.0.1:5000", "127.0.0.1:5000"),
+        ("registry-1.docker.io", "registry-1.docker.io"),
+    ],
+)
+def test_only_docker_io_is_served_by_another_host(domain: str, host: str) -> None:
+    assert registry_host(domain) == host

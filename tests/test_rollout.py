@@ -168,3 +168,58 @@ def test_a_progressing_condition_other_than_the_deadline_is_no_failure() -> None
     for conditions in (progressing, other):
         verdict = rollout_verdict(deployment("app", IMG, conditions=conditions))
         assert verdict.state is COMPLETE
+
+
+WITH_MESSAGE = [
+    {
+        "type": "Progressing",
+        "status": "False",
+        "reason": "ProgressDeadlineExceeded",
+        "message": 'ReplicaSet "api-5d4" has timed out progressing.',
+    }
+]
+VERDICTS: list[tuple[str, Any, tuple[RolloutState, str]]] = [
+    ("deployment settled", deployment("d", IMG), (COMPLETE, "successfully rolled out")),
+    ("daemonset settled", daemonset("ds", IMG), (COMPLETE, "successfully rolled out")),
+    (
+        "statefulset partitioned",
+        statefulset("sts", IMG),
+        (COMPLETE, "partitioned roll out complete"),
+    ),
+    (
+        "statefulset without rollingUpdate",
+        statefulset("sts", IMG, rolling=False),
+        (COMPLETE, "rolling update complete"),
+    ),
+    # The controller's own words are what tell the SRE which ReplicaSet stalled.
+    (
+        "deadline with the controller's message",
+        deployment("d", IMG, conditions=WITH_MESSAGE, updated=0),
+        (
+            FAILED,
+            'the Deployment exceeded its progress deadline: ReplicaSet "api-5d4" has timed out '
+            "progressing.",
+        ),
+    ),
+    (
+        "deadline without a message",
+        deployment("d", IMG, conditions=DEADLINE, updated=0),
+        (FAILED, "the Deployment exceeded its progress deadline"),
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "workload", "verdict"), VERDICTS, ids=[v[0] for v in VERDICTS])
+def test_verdicts_read_as_kubectl_prints_them(
+    case: str, workload: Any, verdict: tuple[RolloutState, str]
+) -> None:
+    judged = rollout_verdict(workload)
+    assert (judged.state, judged.message) == verdict
+
+
+def test_a_deployment_without_replicas_has_one_as_the_api_server_defaults() -> None:
+    workload = deployment("d", IMG, replicas=1)
+    del workload["spec"]["replicas"]
+    assert rollout_verdict(workload).state is COMPLETE
+    workload["status"].update(updatedReplicas=0, replicas=0, availableReplicas=0)
+    assert rollout_verdict(workload).message == "0 of 1 new replicas have been updated"

@@ -240,13 +240,14 @@ class RateLimitLedger:
 
     def pause(self, registry: str, retry_after: float, now: float) -> float:
         """A 429: nothing goes to ``registry`` until ``now + retry_after``; returns that time."""
-        until = max(self.paused_until.get(registry, 0.0), now + retry_after)
+        until = max(self.paused_until.get(registry, now), now + retry_after)
         self.paused_until[registry] = until
         return until
 
     def pause_remaining(self, registry: str, now: float) -> float:
         """Seconds until ``registry`` may be asked again (0 when it is not paused)."""
-        return max(0.0, self.paused_until.get(registry, 0.0) - now)
+        until = self.paused_until.get(registry)
+        return 0.0 if until is None else max(0.0, until - now)
 
     def can_afford(
         self, registry: str, identity: str, pulls: int, reserve: int, now: float

@@ -46,7 +46,9 @@ _DOMAIN_NAME = rf"{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*"
 _IPV6 = r"\[(?:[a-fA-F0-9:]+)\]"
 _DOMAIN_AND_PORT = rf"(?:{_DOMAIN_NAME}|{_IPV6})(?::[0-9]+)?"
 _TAG = r"[\w][\w.-]{0,127}"
-_DIGEST = r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*[:][0-9a-fA-F]{32,}"
+_ALGORITHM = r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*"
+_ENCODED = r"[0-9a-fA-F]{32,}"
+_DIGEST = rf"{_ALGORITHM}[:]{_ENCODED}"
 
 # ASCII-only \w, as Go's RE2 means it.
 _REFERENCE_RE = re.compile(
@@ -59,7 +61,7 @@ _IDENTIFIER_RE = re.compile(r"[a-f0-9]{64}")
 
 # The algorithms go-digest registers, with the length of their lowercase hex encoding.
 _DIGEST_HEX_LENGTH = {"sha256": 64, "sha384": 96, "sha512": 128}
-_DIGEST_SHAPE_RE = re.compile(_DIGEST, re.ASCII)
+_DIGEST_SHAPE_RE = re.compile(rf"(?P<algorithm>{_ALGORITHM})[:](?P<encoded>{_ENCODED})", re.ASCII)
 
 
 class InvalidReference(ValueError):
@@ -111,7 +113,7 @@ class ImageReference:
 
     def tracked(self) -> ImageReference:
         """This repository at its tracked tag, without a digest."""
-        return ImageReference(self.domain, self.path, self.tracked_tag, None)
+        return ImageReference(self.domain, self.path, self.tracked_tag)
 
     def _suffix(self) -> str:
         tag = f":{self.tag}" if self.tag is not None else ""
@@ -147,9 +149,10 @@ def parse(text: str) -> ImageReference:
 
 def parse_digest(text: str) -> str:
     """Validate a content digest (``sha256:<64 lowercase hex>``) and return it unchanged."""
-    if not _DIGEST_SHAPE_RE.fullmatch(text):
+    shape = _DIGEST_SHAPE_RE.fullmatch(text)
+    if shape is None:
         raise InvalidReference(f"invalid digest {text!r}: expected algorithm:hex, e.g. sha256:…")
-    algorithm, _, encoded = text.partition(":")
+    algorithm, encoded = shape["algorithm"], shape["encoded"]
     expected_length = _DIGEST_HEX_LENGTH.get(algorithm)
     if expected_length is None:
         raise InvalidReference(
@@ -171,7 +174,7 @@ def _split_domain(name: str) -> tuple[str, str]:
         return DEFAULT_DOMAIN, OFFICIAL_REPO_PREFIX + name
     if first == LEGACY_DEFAULT_DOMAIN:
         domain, remainder = DEFAULT_DOMAIN, rest
-    elif first == "localhost" or any(c in first for c in ".:") or first.lower() != first:
+    elif first == "localhost" or "." in first or ":" in first or first.lower() != first:
         domain, remainder = first, rest
     else:
         domain, remainder = DEFAULT_DOMAIN, name

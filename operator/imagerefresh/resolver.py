@@ -4,7 +4,10 @@ Every container in every policy that tracks the same reference with the same cre
 one resolution per tick (SPEC §4.2). :class:`SharedResolver` collapses duplicates, asks the
 registries concurrently — bounded per registry host so that many targets never burst one
 registry — and remembers each answer for a short window, so that all policies ticking within
-that window share it (and an in-flight request is joined, never repeated). Failures are values
+that window share it (and an in-flight request is joined, never repeated). The platform
+manifests of an index (asked for only when pods report a digest other than the one resolved,
+as runtimes built on containers/image do) are read once per index digest and remembered for
+good: an index digest's content never changes, so steady state sends no GET. Failures are values
 in the result, not exceptions: one unreadable reference blocks only the containers that needed
 it — whatever it raised. A registry error is the outcome as it is; anything else (a bug no
 hostile answer should be able to reach, but if it does) becomes a
@@ -19,8 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import structlog
 
@@ -30,6 +34,8 @@ from imagerefresh.registry import RegistryClient, RegistryError, RegistryInterna
 
 __all__ = [
     "DEFAULT_CONCURRENCY_PER_REGISTRY",
+    "MAX_REMEMBERED_INDEXES",
+    "ChildrenOutcome",
     "ResolutionKey",
     "ResolutionOutcome",
     "SharedResolver",
@@ -42,8 +48,12 @@ DEFAULT_CONCURRENCY_PER_REGISTRY = 4
 # How long a last answer is kept for follow-up ticks: past any interval, so a reference of a
 # deleted policy is forgotten eventually rather than kept for the operator's life.
 REMEMBERED_FOR = 86_400.0
+# Index digests whose platform manifests are remembered; each entry is a few hundred bytes.
+MAX_REMEMBERED_INDEXES = 4096
 
+T = TypeVar("T")
 ResolutionOutcome = Resolution | RegistryError
+ChildrenOutcome = frozenset[str] | RegistryError
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,30 +86,58 @@ class SharedResolver:
         self._gates: dict[str, asyncio.Semaphore] = {}
         self._recent: dict[ResolutionKey, tuple[float, asyncio.Task[ResolutionOutcome]]] = {}
         self._last: dict[ResolutionKey, tuple[float, ResolutionOutcome]] = {}
+        # (repository, index digest) → its platform manifests, in the order first asked.
+        self._indexes: dict[tuple[str, str], asyncio.Task[ChildrenOutcome]] = {}
 
     async def _ask(self, key: ResolutionKey) -> ResolutionOutcome:
-        host = registry_host(key.reference.domain)
-        gate = self._gates.setdefault(host, asyncio.Semaphore(self.concurrency_per_registry))
-        async with gate:
-            outcome = await self._outcome(key, host)
+        outcome = await self._guarded(key, self.client.resolve(key.reference, key.credentials))
         self._last[key] = (self.clock(), outcome)
         return outcome
 
-    async def _outcome(self, key: ResolutionKey, host: str) -> ResolutionOutcome:
-        try:
-            return await self.client.resolve(key.reference, key.credentials)
-        except RegistryError as error:
-            return error
-        except Exception as error:  # the last line: one reference, one outcome
-            reference = str(key.reference)
-            log.exception("resolving a reference failed unexpectedly", reference=reference)
-            return RegistryInternalError(
-                f"resolving {reference} failed unexpectedly ({type(error).__name__}); this "
-                "is a bug in imagerefresh — report it with the operator's log. Nothing is "
-                "pinned on it; other references are unaffected",
-                registry=host,
-                reference=reference,
-            )
+    async def _guarded(self, key: ResolutionKey, request: Awaitable[T]) -> T | RegistryError:
+        """``request`` to ``key``'s registry within its concurrency gate; failures as values."""
+        host = registry_host(key.reference.domain)
+        gate = self._gates.setdefault(host, asyncio.Semaphore(self.concurrency_per_registry))
+        async with gate:
+            try:
+                return await request
+            except RegistryError as error:
+                return error
+            except Exception as error:  # the last line: one reference, one outcome
+                reference = str(key.reference)
+                log.exception("resolving a reference failed unexpectedly", reference=reference)
+                return RegistryInternalError(
+                    f"resolving {reference} failed unexpectedly ({type(error).__name__}); this "
+                    "is a bug in imagerefresh — report it with the operator's log. Nothing is "
+                    "pinned on it; other references are unaffected",
+                    registry=host,
+                    reference=reference,
+                )
+
+    async def children(self, key: ResolutionKey, digest: str) -> ChildrenOutcome:
+        """The platform manifests of the index ``digest`` that ``key`` resolved to, or the
+        error that kept them unread.
+
+        Read once per (repository, index digest) — an index's content never changes — and
+        remembered for the process's life (up to :data:`MAX_REMEMBERED_INDEXES`, oldest
+        forgotten first); callers asking at once share one request. Failures are not
+        remembered: the next tick asks again.
+        """
+        memo = (key.reference.repository, digest)
+        task = self._indexes.get(memo)
+        failed = (
+            task is not None
+            and task.done()
+            and (task.cancelled() or not isinstance(task.result(), frozenset))
+        )
+        if task is None or failed:
+            request = self.client.children(key.reference, digest, key.credentials)
+            task = asyncio.ensure_future(self._guarded(key, request))
+            self._indexes.pop(memo, None)
+            self._indexes[memo] = task
+            while len(self._indexes) > MAX_REMEMBERED_INDEXES:
+                del self._indexes[next(iter(self._indexes))]
+        return await task
 
     def _task(self, key: ResolutionKey, now: float) -> asyncio.Task[ResolutionOutcome]:
         recent = self._recent.get(key)

@@ -73,9 +73,10 @@ def deployment_verdict(workload: Workload) -> RolloutVerdict:
             condition.get("type") == "Progressing"
             and condition.get("reason") == "ProgressDeadlineExceeded"
         ):
+            detail = condition.get("message")
             return RolloutVerdict(
                 RolloutState.FAILED,
-                f"the Deployment exceeded its progress deadline: {condition.get('message', '')}",
+                "the Deployment exceeded its progress deadline" + (f": {detail}" if detail else ""),
             )
     desired = _int(spec, "replicas", 1)
     updated = _int(status, "updatedReplicas")

@@ -1,10 +1,11 @@
-"""The operator image's Dockerfile: hadolint, and that its entrypoint is the console script the
-package installs. (No Docker engine exists on these machines, so no image is built here.)"""
+"""The operator image's Dockerfile, read statically: hadolint, and that its entrypoint is the
+console script the package installs. (tests/chart/test_image.py builds and runs the image.)"""
 
 from __future__ import annotations
 
 import fnmatch
 import json
+import re
 import subprocess
 import sys
 import tomllib
@@ -35,9 +36,11 @@ class Stage:
 
 
 def stages() -> list[Stage]:
-    """The Dockerfile's stages: each FROM and the instructions after it (continuations joined)."""
+    """The Dockerfile's stages: each FROM (its base with the global ARGs' defaults filled in)
+    and the instructions after it (continuations joined)."""
     text = DOCKERFILE.read_text().replace("\\\n", " ")
     found: list[Stage] = []
+    defaults: dict[str, str] = {}
     for raw in text.splitlines():
         line = raw.strip()
         if not line or line.startswith("#"):
@@ -47,7 +50,11 @@ def stages() -> list[Stage]:
         if keyword == "FROM":
             words = args.split()
             name = words[2] if len(words) == 3 and words[1].upper() == "AS" else None
-            found.append(Stage(words[0], name))
+            base = re.sub(r"\$\{(\w+)\}", lambda m: defaults[m.group(1)], words[0])
+            found.append(Stage(base, name))
+        elif not found and keyword == "ARG":
+            variable, _, default = args.partition("=")
+            defaults[variable.strip()] = default.strip().strip('"')
         else:
             found[-1].instructions.append((keyword, args.strip()))
     return found

@@ -31,17 +31,37 @@ def test_go_durations_parse(text: str, seconds: float) -> None:
     assert parse_duration(text) == timedelta(seconds=seconds)
 
 
-@pytest.mark.parametrize("text", ["", "15", "15 m", "m", "1d", "1h 30m", "PT15M", "1.h2"])
+@pytest.mark.parametrize(
+    "text", ["", "-", "15", "15 m", "m", "1d", "1h 30m", "PT15M", "1.h2", "X15m", "15mX"]
+)
 def test_what_go_rejects_is_rejected_with_the_accepted_form(text: str) -> None:
     with pytest.raises(ValueError, match=r"30s, 15m or 1h30m|empty"):
         parse_duration(text)
 
 
 @pytest.mark.parametrize(
-    ("seconds", "text"), [(30, "30s"), (900, "15m0s"), (5400, "1h30m0s"), (0, "0s"), (61, "1m1s")]
+    ("seconds", "text"),
+    [
+        (30, "30s"),
+        (900, "15m0s"),
+        (5400, "1h30m0s"),
+        (0, "0s"),
+        (1, "1s"),
+        (61, "1m1s"),
+        (1.5, "1.5s"),
+        (-1, "-1s"),
+        (-90, "-1m30s"),
+        (-5400, "-1h30m0s"),
+    ],
 )
-def test_format_is_go_duration_string(seconds: int, text: str) -> None:
+def test_format_is_go_duration_string(seconds: float, text: str) -> None:
     assert format_duration(timedelta(seconds=seconds)) == text
+    assert parse_duration(text) == timedelta(seconds=seconds)
+
+
+def test_a_fraction_of_a_second_is_written_and_read_back_as_written() -> None:
+    half = timedelta(milliseconds=500)
+    assert parse_duration(format_duration(half)) == half
 
 
 @given(st.integers(min_value=0, max_value=10**7))

@@ -52,3 +52,54 @@ def test_the_manager_that_owns_the_image_field_is_named() -> None:
 def test_a_malformed_managed_fields_entry_names_nobody(fields: dict[str, Any]) -> None:
     workload = with_managed_fields(entry("helm", {"fieldsV1": GOOD}), entry("mallory", fields))
     assert workload.image_managers == {"api": "helm"}
+
+
+def owning(
+    manager: str | None, when: str | None, fields: dict[str, object], section: str = "f:containers"
+) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "operation": "Update",
+        "fieldsV1": {"f:spec": {"f:template": {"f:spec": {section: {'k:{"name":"api"}': fields}}}}},
+    }
+    if manager is not None:
+        entry["manager"] = manager
+    if when is not None:
+        entry["time"] = when
+    return entry
+
+
+IMAGE = {"f:image": {}}
+EARLY, LATE = "2026-11-29T11:00:00Z", "2026-11-29T12:00:00Z"
+
+
+@pytest.mark.parametrize(
+    ("entries", "named"),
+    [
+        # The newest write of the image names its writer, in whatever order they are listed.
+        ([owning("helm", EARLY, IMAGE), owning("kubectl", LATE, IMAGE)], "kubectl"),
+        ([owning("kubectl", LATE, IMAGE), owning("helm", EARLY, IMAGE)], "kubectl"),
+        # An entry without a time is older than any with one.
+        ([owning("kubectl", LATE, IMAGE), owning("helm", None, IMAGE)], "kubectl"),
+        # A manager of other fields of the container did not write its image.
+        ([owning("helm", EARLY, IMAGE), owning("kubectl", LATE, {"f:resources": {}})], "helm"),
+        # Whoever wrote it without naming itself is still someone.
+        ([owning(None, LATE, IMAGE)], "an unnamed client"),
+        # Junk before a good entry does not hide it.
+        (["junk", owning("helm", EARLY, IMAGE)], "helm"),
+    ],
+    ids=["newest-last", "newest-first", "untimed", "other-fields", "unnamed", "junk-first"],
+)
+def test_the_newest_writer_of_the_image_is_named(entries: list[Any], named: str) -> None:
+    assert with_managed_fields(*entries).image_managers == {"api": named}
+
+
+def test_the_writer_of_an_init_container_s_image_is_named() -> None:
+    work = deployment("jobs-manager", {"app": "tracebloc/jobs-manager:prod"})
+    work["spec"]["template"]["spec"]["initContainers"] = [
+        {"name": "api", "image": "tracebloc/jobs-manager:prod"}
+    ]
+    work["spec"]["template"]["spec"]["containers"] = [
+        {"name": "app", "image": "tracebloc/jobs-manager:prod"}
+    ]
+    work["metadata"]["managedFields"] = [owning("helm", EARLY, IMAGE, "f:initContainers")]
+    assert Workload.from_api(work).image_managers == {"api": "helm"}

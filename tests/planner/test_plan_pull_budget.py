@@ -63,3 +63,23 @@ def test_the_budget_spent_is_the_one_of_the_account_the_pods_pull_with() -> None
     status = tick.target("jobs-manager")
     assert status.phase is Phase.DEFERRED
     assert f"{HUB} for tracebloc/regcred has 0 pulls left" in status.message
+
+
+def test_an_image_of_another_registry_spends_that_registry_s_budget_never_docker_hub_s() -> None:
+    ghcr = "ghcr.io/tracebloc/jobs-manager:prod"
+    tick = Tick(spec(target("jobs-manager", app=ghcr), pullBudget={"reserve": 0}))
+    plan = tick.run(
+        {
+            key("jobs-manager"): evidence(
+                deployment("jobs-manager", {"app": ghcr}), digests={"app": D1}
+            )
+        },
+        {
+            (HUB, "anonymous"): budget(HUB, remaining=100),
+            ("ghcr.io", "anonymous"): budget("ghcr.io", remaining=0),
+        },
+    )
+    assert plan.patches == ()
+    status = tick.target("jobs-manager")
+    assert status.phase is Phase.DEFERRED
+    assert "ghcr.io for anonymous has 0 pulls left" in status.message

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from imagerefresh.models import Phase
-from imagerefresh.planner import NamespacePolicy, PatchPurpose, Unresolved
+from imagerefresh.planner import NamespacePolicy, PatchPurpose, Resolved, Unresolved
 
 from support.ticks import JM, NS, PM, RM, Tick, budget, digest, evidence, key, spec, target
 from support.workloads import daemonset, deployment, pod
@@ -122,6 +122,30 @@ def test_docker_pullable_image_ids_count_for_adoption() -> None:
         {key("jobs-manager"): evidence(deployment("jobs-manager", {"api": JM}), pods, {"api": D1})}
     )
     assert plan.patches == ()
+
+
+def test_a_tag_is_adopted_when_pods_report_platform_manifests_of_the_desired_index() -> None:
+    # containers/image runtimes (CRI-O, podman) report the platform manifest they pulled.
+    amd64, arm64 = digest(11), digest(12)
+    tick = Tick(spec(target("jobs-manager", api=JM)))
+    pods = [pod("a", {"api": f"{JM_REPO}@{amd64}"}), pod("b", {"api": f"{JM_REPO}@{arm64}"})]
+    index = Resolved(D1, frozenset({amd64, arm64}))
+    work = deployment("jobs-manager", {"api": JM}, replicas=2)
+    plan = tick.run({key("jobs-manager"): evidence(work, pods, {"api": index})})
+    assert plan.patches == ()
+    assert tick.target("jobs-manager").phase is Phase.CURRENT
+    assert tick.target("jobs-manager").containers[0].running == tuple(sorted((amd64, arm64)))
+
+
+def test_a_platform_manifest_of_another_index_is_drift_and_pins_the_index() -> None:
+    other = digest(13)
+    tick = Tick(spec(target("jobs-manager", api=JM)))
+    pods = [pod("a", {"api": f"{JM_REPO}@{other}"})]
+    index = Resolved(D1, frozenset({digest(11), digest(12)}))
+    work = deployment("jobs-manager", {"api": JM})
+    (patch,) = tick.run({key("jobs-manager"): evidence(work, pods, {"api": index})}).patches
+    assert patch.json_patch()[-1]["value"] == f"{JM_REPO}@{D1}"
+    assert tick.target("jobs-manager").phase is Phase.REFRESHING
 
 
 def test_mixed_unknown_or_absent_pod_digests_are_drift_which_repairs_skew() -> None:

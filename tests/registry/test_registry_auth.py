@@ -73,3 +73,11 @@ def test_a_discarded_token_is_not_served_again() -> None:
     cache.discard(KEY)
     assert cache.get(KEY, now=1) is None
     assert len(cache) == 0
+
+
+def test_discarding_a_token_never_cached_is_harmless() -> None:
+    # The client discards the token of every 401 it meets, including the first contact's.
+    cache = TokenCache()
+    cache.discard(KEY)
+    cache.put(KEY, "token", lifetime=300, now=0)
+    assert cache.get(KEY, now=1) == "token"

@@ -15,6 +15,8 @@ misbehaves in exactly one way, chosen by :attr:`HostileRegistry.behaviour`:
                             ``application/octet-stream``
 ``not-json-200``            HEAD omits the digest; GET answers 200 with a manifest media type and
                             a body that is not JSON
+``tampered-index``          a manifest GET answers the registry's index with one more platform
+                            manifest added (the body no longer hashes to the digest asked for)
 ``oversized-token``         a Bearer challenge whose token service answers JSON over 64 KiB
 ``redirect``                manifest requests are redirected (302) to :attr:`redirect_to`
 ``throttle``                manifest requests are answered 429 with :attr:`retry_after`
@@ -41,12 +43,20 @@ from pathlib import Path
 
 import httpx
 
-__all__ = ["OVERSIZED_MANIFEST_BYTES", "HostileRegistry", "Received", "tls_contexts"]
+__all__ = [
+    "OVERSIZED_MANIFEST_BYTES",
+    "TAMPERED_CHILD",
+    "HostileRegistry",
+    "Received",
+    "tls_contexts",
+]
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 # One byte over the client's manifest cap (4 MiB).
 OVERSIZED_MANIFEST_BYTES = 4 * 1024 * 1024 + 1
 OVERSIZED_TOKEN_BYTES = 64 * 1024 + 1
+# The platform manifest a tampered index adds: content the tag never named.
+TAMPERED_CHILD = "sha256:" + "e7" * 32
 # Behaviours that omit the digest from the HEAD and mangle the GET fallback's answer.
 _GET_FALLBACK_BEHAVIOURS = frozenset(
     {
@@ -203,6 +213,10 @@ class HostileRegistry:
             for name, value in upstream.headers.items()
             if name.lower() in ("content-type", "docker-content-digest")
         ]
+        if "/manifests/" in target and method == "GET" and self.behaviour == "tampered-index":
+            index = json.loads(body)
+            index["manifests"].append({**index["manifests"][0], "digest": TAMPERED_CHILD})
+            return upstream.status_code, answer, json.dumps(index).encode(), False
         if "/manifests/" not in target or self.behaviour not in _GET_FALLBACK_BEHAVIOURS:
             return upstream.status_code, answer, body, False
         if method == "HEAD":  # the digest header omitted: the client must GET the manifest

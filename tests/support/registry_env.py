@@ -10,12 +10,15 @@ what the test believes.
 
 from __future__ import annotations
 
+import gzip
 import hashlib
+import io
 import json
 import os
 import shutil
 import socket
 import subprocess
+import tarfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -129,8 +132,20 @@ class PushedImage:
         return f"{self.repository}:{self.tag}"
 
 
+def _layer_tar(files: dict[str, bytes]) -> bytes:
+    """An uncompressed tar of ``files`` at the root, byte-for-byte reproducible."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as archive:
+        for name, content in sorted(files.items()):
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(content), 0o644, 0
+            archive.addfile(info, io.BytesIO(content))
+    return out.getvalue()
+
+
 class ImagePusher:
-    """Push small but well-formed images to a registry through its HTTP API."""
+    """Push small but real images to a registry through its HTTP API: one gzipped tar layer
+    and a config naming its diff_id, so that a runtime (podman) pulls and stores them."""
 
     def __init__(self, host: str) -> None:
         self.host = host
@@ -165,16 +180,24 @@ class ImagePusher:
     def _image_manifest(
         self, path: str, seed: str, docker: bool, platform: tuple[str, str]
     ) -> dict[str, object]:
+        """A manifest a container runtime accepts: a gzipped tar layer whose uncompressed
+        digest is the config's ``diff_id``. The same seed and platform give the same bytes."""
         os_name, arch = platform
+        layer_tar = _layer_tar({"seed": f"{seed} {os_name}/{arch}\n".encode()})
         config = json.dumps(
             {
                 "architecture": arch,
                 "os": os_name,
-                "rootfs": {"type": "layers", "diff_ids": []},
-                "config": {"Labels": {"seed": seed}},
-            }
+                "created": "2026-01-01T00:00:00Z",
+                "rootfs": {
+                    "type": "layers",
+                    "diff_ids": ["sha256:" + hashlib.sha256(layer_tar).hexdigest()],
+                },
+                "config": {"Labels": {"seed": seed}, "Cmd": ["/seed"]},
+            },
+            sort_keys=True,
         ).encode()
-        layer = f"layer {seed} {os_name}/{arch}".encode()
+        layer = gzip.compress(layer_tar, mtime=0)
         return {
             "schemaVersion": 2,
             "mediaType": DOCKER_MANIFEST if docker else OCI_MANIFEST,

@@ -61,7 +61,7 @@ def key(name: str, kind: str = "Deployment", namespace: str = NS) -> TargetKey:
 def evidence(
     workload: Json | None,
     pods: list[Json] | None = None,
-    digests: Mapping[str, str | Unresolved] | None = None,
+    digests: Mapping[str, str | Resolved | Unresolved] | None = None,
     identities: Mapping[str, str] | None = None,
     error: str | None = None,
 ) -> TargetEvidence:
@@ -70,7 +70,7 @@ def evidence(
         error=error,
         pods=tuple(ObservedPod.from_api(p) for p in pods or ()),
         digests={
-            name: value if isinstance(value, Unresolved) else Resolved(value)
+            name: value if isinstance(value, Resolved | Unresolved) else Resolved(value)
             for name, value in (digests or {}).items()
         },
         identities=identities or {},

@@ -30,7 +30,8 @@ def format_timestamp(value: datetime) -> str:
 
 def _parse_timestamp(value: object) -> object:
     if isinstance(value, str):
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+        # Python 3.11's fromisoformat reads RFC 3339's "Z" itself.
+        return datetime.fromisoformat(value)
     return value
 
 

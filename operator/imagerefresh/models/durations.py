@@ -31,6 +31,7 @@ _UNIT_SECONDS = {
     "h": 3600.0,
 }
 _PART_RE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+_DURATION_RE = re.compile(rf"(?:{_PART_RE.pattern})+")
 
 
 def parse_duration(text: str) -> timedelta:
@@ -40,25 +41,19 @@ def parse_duration(text: str) -> timedelta:
     body = body.lstrip("+-")
     if body == "0":
         return timedelta(0)
-    position, seconds = 0, 0.0
-    while position < len(body):
-        match = _PART_RE.match(body, position)
-        if match is None:
-            raise ValueError(
-                f"invalid duration {text!r}: write a Go duration such as 30s, 15m or 1h30m"
-            )
-        seconds += float(match[1]) * _UNIT_SECONDS[match[2]]
-        position = match.end()
     if not body:
         raise ValueError(f"invalid duration {text!r}: it is empty")
+    if _DURATION_RE.fullmatch(body) is None:
+        raise ValueError(
+            f"invalid duration {text!r}: write a Go duration such as 30s, 15m or 1h30m"
+        )
+    seconds = sum(float(number) * _UNIT_SECONDS[unit] for number, unit in _PART_RE.findall(body))
     return timedelta(seconds=sign * seconds)
 
 
 def format_duration(value: timedelta) -> str:
     """Format like Go's ``Duration.String`` for whole seconds: ``1h30m0s``, ``15m0s``, ``30s``."""
     total = value.total_seconds()
-    if total == 0:
-        return "0s"
     sign = "-" if total < 0 else ""
     total = abs(total)
     hours, rest = divmod(total, 3600)

@@ -18,7 +18,7 @@ from typing import Any
 
 from imagerefresh.models import PolicySpec, PolicyStatus, WorkloadKind
 from imagerefresh.ratelimit import BudgetSnapshot
-from imagerefresh.reference import InvalidReference, parse, parse_digest
+from imagerefresh.reference import InvalidReference, parse_digest
 from imagerefresh.rollout import RolloutProgress, RolloutVerdict, rollout_progress, rollout_verdict
 
 __all__ = [
@@ -88,8 +88,9 @@ class Workload:
         containers: dict[str, LiveContainer] = {}
         for init, section in ((True, "initContainers"), (False, "containers")):
             for index, container in enumerate(pod_spec.get(section) or ()):
+                # An absent or null image reads as empty: the planner reports it unparseable.
                 containers[container["name"]] = LiveContainer(
-                    container["name"], container.get("image", ""), index, init
+                    container["name"], container.get("image") or "", index, init
                 )
         kind = WorkloadKind(obj["kind"])
         if kind is WorkloadKind.DAEMONSET:
@@ -157,15 +158,15 @@ def running_digest(image_id: str | None) -> str | None:
     if not image_id:
         return None
     text = image_id.removeprefix("docker-pullable://")
-    if "://" in text or "@" not in text:
+    # Names and digests never contain "@": whatever follows the first one must be the digest,
+    # and a second "@" makes the whole ID unreadable rather than half-trusted.
+    _, at, digest = text.partition("@")
+    if "://" in text or not at:
         return None
     try:
-        return parse(text).digest
+        return parse_digest(digest)
     except InvalidReference:
-        try:
-            return parse_digest(text.rpartition("@")[2])
-        except InvalidReference:
-            return None
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,9 +188,19 @@ class ObservedPod:
 
 @dataclass(frozen=True, slots=True)
 class Resolved:
-    """The registry's answer for a tracked tag."""
+    """The registry's answer for a tracked tag.
+
+    ``children`` are the platform manifests of ``digest`` when it is a multi-platform index and
+    pods were seen reporting another digest (runtimes built on containers/image, CRI-O and
+    podman, report the platform manifest they pulled, not the index); otherwise empty.
+    """
 
     digest: str
+    children: frozenset[str] = frozenset()
+
+    def is_content_of(self, digest: str | None) -> bool:
+        """Whether a pod reporting ``digest`` runs what this resolution names."""
+        return digest is not None and (digest == self.digest or digest in self.children)
 
 
 @dataclass(frozen=True, slots=True)

@@ -526,9 +526,12 @@ class _Decision:
         live = parse(workload.containers[container.name].image)
         if live.digest is not None:
             return live.digest == desired
-        # A tag: adopt it when every pod already runs the desired digest (no rollout needed).
+        # A tag: adopt it when every pod already runs the desired digest (no rollout needed) —
+        # or one of its platform manifests, which is what containers/image runtimes report.
+        outcome = self.evidence.digests.get(container.name)
+        wanted = outcome if isinstance(outcome, Resolved) else Resolved(desired)
         running = [pod.running.get(container.name) for pod in self.evidence.pods]
-        return bool(running) and all(digest == desired for digest in running)
+        return bool(running) and all(wanted.is_content_of(digest) for digest in running)
 
     def _refresh(self, workload: Workload, drifted: dict[str, str], note: str) -> TargetOutcome:
         plan = ", ".join(

@@ -35,9 +35,10 @@ import hashlib
 import json
 import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TypeVar
 
 import httpx
 import structlog
@@ -70,6 +71,7 @@ from imagerefresh.registry.errors import (
 
 __all__ = [
     "DEFAULT_DEADLINE",
+    "INDEX_MEDIA_TYPES",
     "MANIFEST_MEDIA_TYPES",
     "MAX_MANIFEST_BYTES",
     "MAX_REDIRECTS",
@@ -84,6 +86,7 @@ __all__ = [
 ]
 
 log = structlog.get_logger(__name__)
+T = TypeVar("T")
 
 MANIFEST_MEDIA_TYPES = (
     "application/vnd.oci.image.index.v1+json",
@@ -91,6 +94,10 @@ MANIFEST_MEDIA_TYPES = (
     "application/vnd.oci.image.manifest.v1+json",
     "application/vnd.docker.distribution.manifest.v2+json",
 )
+# The multi-platform kinds among them: their ``manifests`` are the platform manifests.
+INDEX_MEDIA_TYPES = frozenset(MANIFEST_MEDIA_TYPES[:2])
+# Digest algorithms a body is checked against (the OCI image spec registers these two).
+_DIGEST_ALGORITHMS = frozenset({"sha256", "sha512"})
 # distribution refuses manifests over 4 MiB; nothing a registry legitimately sends is larger.
 MAX_MANIFEST_BYTES = 4 * 1024 * 1024
 # A token answer is a few KiB of JSON (Docker Hub's: about 1.5 KiB).
@@ -128,6 +135,13 @@ class Resolution:
     registry: str  # the host the request went to
     ratelimit: RateLimitReport
     method: RequestKind  # HEAD, or GET when the registry omitted the digest header
+    media_type: str = ""  # the manifest's Content-Type as the registry sent it ("" if none)
+
+    @property
+    def may_be_index(self) -> bool:
+        """Whether the digest may name a multi-platform index (a single-platform manifest
+        has no children to read)."""
+        return self.media_type not in MANIFEST_MEDIA_TYPES[2:]
 
 
 @dataclass(frozen=True, slots=True)
@@ -331,23 +345,47 @@ class RegistryClient:
         """
         tracked = reference.tracked()
         host = registry_host(tracked.domain)
+        return await self._bounded(
+            self._resolve(tracked, host, credentials), host, tracked, f"resolving {tracked}"
+        )
+
+    async def children(
+        self, reference: ImageReference, digest: str, credentials: Credentials | None = None
+    ) -> frozenset[str]:
+        """The platform manifests' digests of the index ``digest`` in ``reference``'s
+        repository (empty when ``digest`` is a single-platform manifest).
+
+        One GET of the manifest by digest — a pull, counted and charged like the GET fallback
+        — whose body must hash to ``digest``. An index's content never changes, so callers
+        remember the answer (:class:`~imagerefresh.resolver.SharedResolver` does). Every
+        failure is a :class:`RegistryError`, at the latest when the deadline passes.
+        """
+        tracked = reference.tracked()
+        host = registry_host(tracked.domain)
+        return await self._bounded(
+            self._children(tracked, host, parse_digest(digest), credentials),
+            host,
+            tracked,
+            f"reading the index {digest} of {tracked.repository}",
+        )
+
+    async def _bounded(
+        self, work: Coroutine[object, object, T], host: str, tracked: ImageReference, what: str
+    ) -> T:
+        """``work`` within the deadline; its errors name the reference they were about."""
         try:
             try:
                 async with asyncio.timeout(self.deadline):
-                    return await self._resolve(tracked, host, credentials)
+                    return await work
             except TimeoutError:
-                expired = translate(
-                    _DeadlineExpired(self.deadline), registry=host, what=f"resolving {tracked}"
-                )
+                expired = translate(_DeadlineExpired(self.deadline), registry=host, what=what)
                 assert expired is not None
                 raise expired from None
         except RegistryError as error:
             error.reference = str(tracked)
             raise
 
-    async def _resolve(
-        self, tracked: ImageReference, host: str, credentials: Credentials | None
-    ) -> Resolution:
+    def _check_paused(self, host: str) -> None:
         paused = self.ledger.pause_remaining(host, self.clock())
         if paused > 0:
             raise RegistryThrottled(
@@ -356,6 +394,39 @@ class RegistryClient:
                 registry=host,
                 retry_at=self.clock() + paused,
             )
+
+    async def _children(
+        self, tracked: ImageReference, host: str, digest: str, credentials: Credentials | None
+    ) -> frozenset[str]:
+        self._check_paused(host)
+        url = f"{self.base_url(tracked.domain)}/v2/{tracked.path}/manifests/{digest}"
+        scope = f"repository:{tracked.path}:pull"
+        answer = await self._authorized("GET", url, host, scope, credentials)
+        self._record_report(answer, host, _account(credentials))
+        document = self._manifest_document(answer, host)
+        algorithm, _, expected = digest.partition(":")
+        if algorithm not in _DIGEST_ALGORITHMS or (
+            hashlib.new(algorithm, answer.content).hexdigest() != expected
+        ):
+            raise RegistryProtocolError(
+                f"{host} answered the manifest {digest} with content that does not hash to it; "
+                "nothing is recognised from it",
+                registry=host,
+            )
+        if _media_type(answer.headers) not in INDEX_MEDIA_TYPES:
+            return frozenset()
+        entries = document.get("manifests")
+        found = set()
+        for entry in entries if isinstance(entries, list) else ():
+            value = entry.get("digest") if isinstance(entry, dict) else None
+            found.add(self._validated_digest(value if isinstance(value, str) else "", host))
+        log.info("read an index's platform manifests", index=digest, children=len(found))
+        return frozenset(found)
+
+    async def _resolve(
+        self, tracked: ImageReference, host: str, credentials: Credentials | None
+    ) -> Resolution:
+        self._check_paused(host)
         url = f"{self.base_url(tracked.domain)}/v2/{tracked.path}/manifests/{tracked.tracked_tag}"
         scope = f"repository:{tracked.path}:pull"
         answer = await self._authorized("HEAD", url, host, scope, credentials)
@@ -369,12 +440,18 @@ class RegistryClient:
         digest = self._validated_digest(digest_header, host)
         report = self._record_report(answer, host, _account(credentials))
         log.debug("resolved", reference=str(tracked), digest=digest, registry=host, via=method)
-        return Resolution(tracked, digest, host, report, method)
+        return Resolution(tracked, digest, host, report, method, _media_type(answer.headers))
 
     def _manifest_digest(self, answer: Answer, host: str) -> str:
         """The sha256 of a GET fallback's body — only if it is a manifest at all."""
+        self._manifest_document(answer, host)
+        return "sha256:" + hashlib.sha256(answer.content).hexdigest()
+
+    def _manifest_document(self, answer: Answer, host: str) -> dict[str, object]:
+        """A manifest GET's body as JSON — only if it is a manifest at all."""
         media_type = _media_type(answer.headers)
         refusal = None
+        document: object = None
         if media_type not in MANIFEST_MEDIA_TYPES:
             refusal = f"answered a manifest GET with content type {media_type[:80]!r}"
         else:
@@ -388,7 +465,8 @@ class RegistryClient:
             error = translate(_Refused(refusal), registry=host, what="a manifest GET")
             assert error is not None
             raise error
-        return "sha256:" + hashlib.sha256(answer.content).hexdigest()
+        assert isinstance(document, dict)
+        return document
 
     def _validated_digest(self, value: str, host: str) -> str:
         try:

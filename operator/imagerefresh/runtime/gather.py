@@ -37,7 +37,7 @@ from imagerefresh.planner import (
 )
 from imagerefresh.ratelimit import BudgetSnapshot, RateLimitLedger
 from imagerefresh.reference import InvalidReference, parse, registry_host
-from imagerefresh.resolver import ResolutionKey, SharedResolver
+from imagerefresh.resolver import ChildrenOutcome, ResolutionKey, SharedResolver
 from imagerefresh.runtime.config import OperatorConfig
 
 __all__ = ["RESET_ANNOTATION", "Gathered", "PolicyUnreadable", "gather", "policy_view"]
@@ -259,6 +259,20 @@ def _runs_tracked(workload: Workload | None, container: ContainerSpec) -> bool:
         return False
 
 
+def _reports_other(read: _Read, name: str, digest: str) -> bool:
+    """Whether the container is on a tag and a pod reports a known digest other than
+    ``digest`` (a pinned container is judged by its pin, never by what pods report)."""
+    live = read.parsed.containers.get(name) if read.parsed is not None else None
+    if live is None:
+        return False
+    try:
+        if parse(live.image).digest is not None:
+            return False
+    except InvalidReference:
+        return False
+    return any(pod.running.get(name) not in (None, digest) for pod in read.pods)
+
+
 async def gather(
     policy: Mapping[str, Any],
     *,
@@ -304,13 +318,38 @@ async def gather(
     identities, accounts = _identities(chosen)
     outcomes = await resolver.resolve(wanted.values(), remembered=follow_up)
 
+    # Where pods report another digest than the tag resolved to, it may be one of the index's
+    # platform manifests (containers/image runtimes report those): read the index's children.
+    # A tag the registry answered with a single-platform manifest has none: no request.
+    indexes: dict[tuple[TargetKey, str], tuple[ResolutionKey, str]] = {}
+    for (key, name), resolution_key in wanted.items():
+        outcome = outcomes[resolution_key]
+        if (
+            not isinstance(outcome, Exception)
+            and outcome.may_be_index
+            and _reports_other(reads[key], name, outcome.digest)
+        ):
+            indexes[(key, name)] = (resolution_key, outcome.digest)
+    unique = list(dict.fromkeys(indexes.values()))
+    read_children = await asyncio.gather(*(resolver.children(k, d) for k, d in unique))
+    children = dict(zip(unique, read_children, strict=True))
+
     digests: dict[TargetKey, dict[str, DigestOutcome]] = {}
     for (key, name), resolution_key in wanted.items():
         outcome = outcomes[resolution_key]
+        if isinstance(outcome, Exception):
+            digests.setdefault(key, {})[name] = Unresolved(outcome.reason, str(outcome))
+            continue
+        ask = indexes.get((key, name))
+        platforms: ChildrenOutcome = children[ask] if ask is not None else frozenset()
         digests.setdefault(key, {})[name] = (
-            Unresolved(outcome.reason, str(outcome))
-            if isinstance(outcome, Exception)
-            else Resolved(outcome.digest)
+            Unresolved(
+                platforms.reason,
+                f"its pods report a digest other than {outcome.digest}, which may be one of that "
+                f"index's platform manifests, but they could not be read: {platforms}",
+            )
+            if isinstance(platforms, Exception)
+            else Resolved(outcome.digest, platforms)
         )
     wall = time.time()
     budgets: dict[tuple[str, str], BudgetSnapshot] = {
