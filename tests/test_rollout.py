@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from imagerefresh.rollout import RolloutState, rollout_verdict
+from imagerefresh.rollout import RolloutProgress, RolloutState, rollout_progress, rollout_verdict
 
 from support.workloads import daemonset, deployment, statefulset
 
@@ -223,3 +223,28 @@ def test_a_deployment_without_replicas_has_one_as_the_api_server_defaults() -> N
     assert rollout_verdict(workload).state is COMPLETE
     workload["status"].update(updatedReplicas=0, replicas=0, availableReplicas=0)
     assert rollout_verdict(workload).message == "0 of 1 new replicas have been updated"
+
+
+@pytest.mark.parametrize(
+    ("workload", "progress"),
+    [
+        (deployment("d", IMG, observed=1, updated=2, available=1), RolloutProgress(2, 1)),
+        (deployment("d", IMG, generation=3, observed=2), None),  # the spec is not observed yet
+        (deployment("d", IMG, generation=0, observed=0), None),  # never observed at all
+        (daemonset("ds", IMG, generation=4, updated=1, available=3), RolloutProgress(1, 3)),
+        (statefulset("s", IMG, updated=1), RolloutProgress(1, 0)),  # no availableReplicas: 0
+    ],
+)
+def test_progress_counts_updated_and_available_replicas_of_the_observed_spec_only(
+    workload: dict[str, Any], progress: RolloutProgress | None
+) -> None:
+    assert rollout_progress(workload) == progress
+
+
+def test_progress_is_a_new_high_in_either_count_and_the_mark_keeps_each_highest() -> None:
+    mark = RolloutProgress(3, 5)
+    assert RolloutProgress(4, 0).beyond(mark)
+    assert RolloutProgress(0, 6).beyond(mark)
+    assert not RolloutProgress(3, 5).beyond(mark)
+    assert RolloutProgress(4, 2).highest(mark) == RolloutProgress(4, 5)
+    assert RolloutProgress(4, 2).highest(None) == RolloutProgress(4, 2)

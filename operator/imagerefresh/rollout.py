@@ -160,10 +160,8 @@ class RolloutProgress:
     updated: int
     available: int
 
-    def beyond(self, other: RolloutProgress | None) -> bool:
+    def beyond(self, other: RolloutProgress) -> bool:
         """Whether either count has passed ``other``'s — a new maximum, i.e. progress."""
-        if other is None:
-            return False
         return self.updated > other.updated or self.available > other.available
 
     def highest(self, other: RolloutProgress | None) -> RolloutProgress:

@@ -39,12 +39,13 @@ def test_only_targets_with_a_pending_patch_are_followed_and_the_earliest_deadlin
     )
     policy_status = PolicyStatus(
         targets=(
+            status("c", started=None),  # settled, listed first: the others are still looked at
             status("a", started=timedelta(minutes=0), progressed=timedelta(minutes=4)),
             status("b", started=timedelta(minutes=2)),
-            status("c", started=None),
         )
     )
     flying = in_flight(policy, policy_status, NS)
+    assert flying
     assert flying.workloads == {TargetKey("Deployment", NS, "a"), TargetKey("Deployment", NS, "b")}
     # b: started at +2m, no progress since → due just past +12m (a's is +14m).
     assert flying.deadline == T0 + timedelta(minutes=12, seconds=1)

@@ -14,7 +14,7 @@ import pytest
 from imagerefresh.models import Phase, ProgressMark
 from imagerefresh.planner import PatchPurpose
 
-from support.ticks import NS, RM, T0, Tick, digest, evidence, key, spec, target
+from support.ticks import NS, RM, T0, Tick, budget, digest, evidence, key, spec, target
 from support.workloads import daemonset, deployment
 
 D1, D2 = digest(1), digest(2)
@@ -155,6 +155,25 @@ def test_a_rollback_is_given_the_same_progress_deadline() -> None:
         assert tick.target("resource-monitor", "DaemonSet", AGENTS).phase is Phase.ROLLING_BACK
 
 
+def forge_progress(tick: Tick, progressed_at: object) -> None:
+    (status,) = tick.status.targets
+    forged = status.pending.model_copy(
+        update={"progressed_at": progressed_at, "progress": ProgressMark(updated=0, available=0)}
+    )
+    tick.status = tick.status.model_copy(
+        update={"targets": (status.model_copy(update={"pending": forged}),)}
+    )
+
+
+def test_a_progress_time_within_the_clock_skew_bound_is_accepted() -> None:
+    tick = rolling()
+    tick.now = T0 + MINUTE
+    forge_progress(tick, tick.now + timedelta(minutes=5))  # another replica's clock, ahead
+    plan = tick.run({MONITOR: evidence(nodes(1, 1), digests={"monitor": D2})})
+    assert tick.target("resource-monitor", "DaemonSet", AGENTS).phase is Phase.REFRESHING
+    assert plan.patches == ()
+
+
 def test_a_progress_time_in_the_future_is_not_ours_and_fails_closed() -> None:
     tick = rolling()
     (status,) = tick.status.targets
@@ -235,3 +254,87 @@ def test_a_follow_up_rolls_back_but_starts_no_refresh_the_next_interval_tick_ret
     plan = tick.run({MONITOR: evidence(back, digests={"monitor": D2})}, advance=timedelta(0))
     assert [p.purpose for p in plan.patches] == [PatchPurpose.REFRESH]
     assert tick.target("resource-monitor", "DaemonSet", AGENTS).phase is Phase.REFRESHING
+
+
+def test_a_rollout_never_observed_fails_saying_the_controller_never_reported_it() -> None:
+    tick = rolling()
+    unobserved = nodes(0, 0)
+    unobserved["status"]["observedGeneration"] = 1
+    tick.now = T0 + 2 * MINUTE + timedelta(seconds=1)
+    tick.run({MONITOR: evidence(unobserved, digests={"monitor": D2})}, advance=timedelta(0))
+    status = tick.target("resource-monitor", "DaemonSet", AGENTS)
+    assert status.message == (
+        "refresh failed (attempt 1 of 3): it made no progress for rolloutTimeout 2m0s "
+        f"(since {T0.isoformat()}); the controller never reported it under way; rolling back"
+    )
+
+
+def rolled_back_deployment(**fields: object) -> dict[str, object]:
+    return deployment("jobs-manager", {"api": f"{JM_REPO}@{D1}"}, generation=3, **fields)
+
+
+JM_REPO = "tracebloc/jobs-manager"
+JOBS = key("jobs-manager")
+
+
+def rolling_back() -> Tick:
+    """jobs-manager refreshed D1 → D2 at T0, failed at T0+2m+1s: its rollback is in flight."""
+    tick = Tick(spec(target("jobs-manager", api=f"{JM_REPO}:prod"), rolloutTimeout="2m"))
+    first = deployment("jobs-manager", {"api": f"{JM_REPO}@{D1}"})
+    tick.run({JOBS: evidence(first, digests={"api": D2})}, advance=timedelta(0))
+    tick.now = T0 + 2 * MINUTE + timedelta(seconds=1)
+    stuck = deployment("jobs-manager", {"api": f"{JM_REPO}@{D2}"}, generation=2, available=0)
+    plan = tick.run({JOBS: evidence(stuck, digests={"api": D2})}, advance=timedelta(0))
+    assert [p.purpose for p in plan.patches] == [PatchPurpose.ROLLBACK]
+    return tick
+
+
+def test_a_rollback_without_progress_is_given_up_saying_how_far_it_came() -> None:
+    tick = rolling_back()
+    started = tick.now
+    tick.now = started + MINUTE
+    tick.run({JOBS: evidence(rolled_back_deployment(available=0), digests={"api": D2})})
+    tick.now = started + 2 * MINUTE + timedelta(seconds=1)
+    plan = tick.run({JOBS: evidence(rolled_back_deployment(available=0), digests={"api": D2})})
+    (stalled,) = [e.message for e in plan.events if e.reason == "RollbackStalled"]
+    assert stalled == (
+        f"the rollback of Deployment {NS}/jobs-manager to api={JM_REPO}@{D1} has not settled: "
+        f"it made no progress for rolloutTimeout 2m0s (since {started.isoformat()}); "
+        "it reached 1 updated and 0 available"
+    )
+
+
+def test_a_rollback_the_controller_gave_up_on_says_the_controllers_words() -> None:
+    tick = rolling_back()
+    deadline = [
+        {
+            "type": "Progressing",
+            "status": "False",
+            "reason": "ProgressDeadlineExceeded",
+            "message": 'ReplicaSet "jm-1" has timed out progressing.',
+        }
+    ]
+    tick.now += MINUTE
+    failed = rolled_back_deployment(available=0, conditions=deadline)
+    plan = tick.run({JOBS: evidence(failed, digests={"api": D2})})
+    (stalled,) = [e.message for e in plan.events if e.reason == "RollbackStalled"]
+    assert stalled.endswith(
+        "has not settled: the Deployment exceeded its progress deadline: "
+        'ReplicaSet "jm-1" has timed out progressing.'
+    )
+
+
+def test_a_follow_up_keeps_the_registries_the_interval_tick_reported() -> None:
+    tick = rolling()
+    hub = budget("registry-1.docker.io", remaining=76)
+    tick.now = T0 + MINUTE
+    tick.run(
+        {MONITOR: evidence(nodes(1, 1), digests={"monitor": D2})},
+        {("registry-1.docker.io", "anonymous"): hub},
+        advance=timedelta(0),
+    )
+    reported = tick.status.registries
+    assert [r.remaining for r in reported] == [76]
+    tick.now = T0 + MINUTE + timedelta(seconds=5)
+    tick.run({MONITOR: evidence(nodes(2, 2), digests={"monitor": D2})}, follow_up=True)
+    assert tick.status.registries == reported
