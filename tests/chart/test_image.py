@@ -33,9 +33,10 @@ import pytest
 
 from support.cluster_env import Cluster, eventually
 from support.helm_env import CHART, KWOK_SCHEDULING, helm, only, operator_container, render
-from support.operator_env import Operator, kwok_pod_template
+from support.operator_env import Operator
 from support.podman_env import PODMAN_RUN, podman
 from support.registry_env import ImagePusher, free_port
+from support.scenario import deployment
 
 # Two start-ups at the chart's 100m cpu limit, a helm install and a rollout: on a loaded
 # 2-core machine this outgrows the suite's 300 s default, which stays for every other test.
@@ -247,19 +248,6 @@ def values(registry: str, namespace: str, tag: str) -> dict[str, Any]:
     }
 
 
-def app(tag: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": "app"},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": {"app": "app"}},
-            "template": kwok_pod_template({"app": tag}, labels={"app": "app"}),
-        },
-    }
-
-
 def template_image(cluster: Cluster, namespace: str) -> str:
     obj = cluster.get("deployment", "app", "-n", namespace)
     return str(obj["spec"]["template"]["spec"]["containers"][0]["image"])
@@ -294,7 +282,7 @@ def test_the_image_runs_the_operator_under_the_charts_pod_settings_through_a_ful
         tokens = service_account_files(cluster, namespace, ca, tmp_path / "serviceaccount")
         settings = pod_settings(objects, host, port, tokens, pod_id=f"{FULLNAME}-podman")
         assert not any("kubeconfig" in a.lower() for a in settings.args + settings.options)
-        cluster.apply(app(tag), namespace=namespace)
+        cluster.apply(deployment("app", {"app": tag}, replicas=1), namespace=namespace)
 
         run = Container(f"imagerefresh-test-{secrets.token_hex(3)}")
         containers.append(run)
