@@ -283,6 +283,30 @@ def test_a_pending_record_started_in_the_future_fails_closed_instead_of_never_ti
     assert "in the future" in status.message
 
 
+def test_a_pending_record_up_to_five_minutes_ahead_is_another_replica_s_clock_not_forged() -> None:
+    tick = Tick(spec(target("jobs-manager", api=JM)))
+    with_pending(tick, refresh_intent(f"{JM_REPO}@{D2}", f"{JM_REPO}@{D1}"))
+    for ahead, phase in (
+        (timedelta(minutes=5), Phase.REFRESHING),
+        (timedelta(minutes=5, seconds=1), Phase.ERROR),
+    ):
+        (status,) = tick.status.targets
+        pending = status.pending.model_copy(update={"started_at": tick.now + ahead})
+        tick.status = tick.status.model_copy(
+            update={
+                "targets": (
+                    status.model_copy(update={"pending": pending, "phase": Phase.REFRESHING}),
+                )
+            }
+        )
+        plan = tick.run(
+            {JOBS: evidence(unsettled(f"{JM_REPO}@{D2}"), digests={"api": D2})},
+            advance=timedelta(0),
+        )
+        assert plan.patches == ()
+        assert tick.target("jobs-manager").phase is phase, ahead
+
+
 def test_the_write_guard_allows_tags_and_digests_of_the_tracked_repository_only() -> None:
     def verdict(image: str) -> tuple[str, ...]:
         change = ImageChange("api", "/x", "old", image, repository=f"docker.io/{JM_REPO}")

@@ -292,6 +292,41 @@ def test_a_registry_failure_is_neither_a_skip_nor_a_flap() -> None:
     assert (status.phase, status.skip_streak, status.refresh_attempts) == (Phase.ERROR, 0, 0)
 
 
+def test_an_unresolved_container_on_a_tag_is_left_alone_while_the_next_one_refreshes() -> None:
+    tick = Tick(two_container_spec())
+    down = Unresolved("Unreachable", "cannot reach registry-1.docker.io")
+    plan = tick.run(
+        {
+            key("jobs-manager"): evidence(
+                jobs_manager(JM, PM), digests={"api": down, "pods-monitor-container": D2}
+            )
+        }
+    )
+    (patch,) = plan.patches
+    assert [(c.container, c.image) for c in patch.changes] == [
+        ("pods-monitor-container", f"tracebloc/pods-monitor@{D2}")
+    ]
+    status = tick.target("jobs-manager")
+    assert status.pending.images == {"pods-monitor-container": f"tracebloc/pods-monitor@{D2}"}
+    assert status.message == (
+        f"refreshing pods-monitor-container unknown → {D2[:19]}…; "
+        "not resolved, left alone: api: cannot reach registry-1.docker.io"
+    )
+
+
+def test_a_container_with_no_registry_answer_at_all_is_an_error_never_a_patch() -> None:
+    tick = Tick(two_container_spec())
+    plan = tick.run({key("jobs-manager"): evidence(jobs_manager(JM, PM), digests={})})
+    assert plan.patches == ()
+    status = tick.target("jobs-manager")
+    assert (status.phase, status.pending) == (Phase.ERROR, None)
+    assert status.message == (
+        "registry unreadable, nothing patched; not resolved, left alone: "
+        "api: not resolved; pods-monitor-container: not resolved"
+    )
+    assert tick.condition("Degraded").status == "True"
+
+
 # --- 4.3c skip streak → Frozen -----------------------------------------------------------
 
 
