@@ -168,7 +168,10 @@ def test_one_workload_targeted_twice_after_namespace_defaulting_is_a_conflict_on
     plan = tick.run({JOBS: evidence(work, digests={"api": D2, "pods-monitor-container": D3})})
     assert plan.patches == ()
     assert [t.phase for t in tick.status.targets] == [Phase.CONFLICT, Phase.CONFLICT]
-    assert "more than once" in tick.status.targets[0].message
+    assert [t.message for t in tick.status.targets] == 2 * [
+        f"{JOBS} is targeted more than once by this policy (after defaulting the namespace); "
+        "declare each workload once"
+    ]
 
 
 def test_a_container_another_policy_declares_is_a_conflict_naming_that_policy() -> None:
@@ -178,7 +181,10 @@ def test_a_container_another_policy_declares_is_a_conflict_naming_that_policy() 
     assert plan.patches == ()
     status = tick.target("jobs-manager")
     assert status.phase is Phase.CONFLICT
-    assert "tracebloc/legacy" in status.message
+    assert status.message == (
+        f"container 'api' of {JOBS} is also declared by policy tracebloc/legacy; one container, "
+        "one policy: remove it from one of them"
+    )
 
 
 def plan_with_claims(tick: Tick, claims: dict[tuple[TargetKey, str], str]) -> Plan:
