@@ -298,3 +298,20 @@ def test_a_new_digest_after_our_own_refresh_is_a_plain_refresh_not_a_contest() -
     assert [e.reason for e in plan.events] == ["Refreshing"]
     status = tick.target("jobs-manager")
     assert (status.refresh_attempts, status.contested) == (0, 0)
+
+
+def test_a_success_clears_failed_attempts_but_never_contested_ones() -> None:
+    for contested in (0, 1):
+        tick = refreshing(maxRefreshAttempts=3)
+        (status,) = tick.status.targets
+        counters = {"refresh_attempts": 2, "contested": contested}
+        tick.status = tick.status.model_copy(
+            update={"targets": (status.model_copy(update=counters),)}
+        )
+        tick.run({JOBS: evidence(settled(f"{JM_REPO}@{D2}", 2), digests={"api": D2})})
+        status = tick.target("jobs-manager")
+        assert (status.phase, status.refresh_attempts, status.contested) == (
+            Phase.CURRENT,
+            contested,
+            contested,
+        )
