@@ -276,6 +276,39 @@ def test_a_pending_record_for_undeclared_containers_fails_closed_until_a_reset()
     assert tick.target("jobs-manager").pending.images == {"api": f"{JM_REPO}@{D2}"}
 
 
+def test_a_forged_pending_record_is_explained_whole_with_the_way_out() -> None:
+    fix = (
+        ": it was not written by imagerefresh for this target, so nothing is patched on it; "
+        "reset the policy to rebuild its status: imagerefresh reset tracebloc/control-plane"
+    )
+    cases = [
+        (
+            PendingRefresh(
+                images={"b": f"{JM_REPO}@{D2}", "a": f"{JM_REPO}@{D2}"},
+                previous={"b": JM, "a": JM},
+                started_at=T0,
+            ),
+            "names containers the policy does not declare (a, b)",
+        ),
+        (
+            refresh_intent("evil.example/miner:1", "evil.example/miner:2"),
+            "names images outside the tracked repository (api: evil.example/miner is not the "
+            "tracked repository docker.io/tracebloc/jobs-manager; api: evil.example/miner is "
+            "not the tracked repository docker.io/tracebloc/jobs-manager)",
+        ),
+    ]
+    for forged, why in cases:
+        tick = Tick(spec(target("jobs-manager", api=JM)))
+        with_pending(tick, forged)
+        plan = tick.run({JOBS: evidence(settled(f"{JM_REPO}@{D1}"), digests={"api": D2})})
+        assert plan.patches == ()
+        status = tick.target("jobs-manager")
+        assert (status.phase, status.message) == (
+            Phase.ERROR,
+            f"status.pending of {JOBS} {why}{fix}",
+        )
+
+
 def test_a_pending_record_started_in_the_future_fails_closed_instead_of_never_timing_out() -> None:
     tick = Tick(spec(target("jobs-manager", api=JM)))
     future = refresh_intent(f"{JM_REPO}@{D2}", f"{JM_REPO}@{D1}").model_copy(
