@@ -103,7 +103,10 @@ def test_a_rollback_that_has_not_landed_is_owed_and_sent_again_every_tick() -> N
             f"{JM_REPO}@{D1}",
         )
         status = tick.target("jobs-manager")
-        assert status.phase is Phase.ROLLING_BACK
+        assert (status.phase, status.message) == (
+            Phase.ROLLING_BACK,
+            f"rollback to api={JM_REPO}@{D1} owed: sending it again",
+        )
         assert status.refresh_attempts == 1  # counted once, when the refresh failed
         assert status.pending is not None
 
