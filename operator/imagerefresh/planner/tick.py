@@ -8,7 +8,6 @@ patches, posts the events and writes the status only if it differs from the one 
 
 from __future__ import annotations
 
-from collections import Counter
 from datetime import datetime
 
 from imagerefresh.models import (
@@ -127,9 +126,7 @@ def plan_tick(tick: TickInput) -> Plan:
     """Decide one tick of one policy. Pure: the same input always gives the same plan."""
     policy, spec, before = tick.policy, tick.policy.spec, tick.policy.status
     reset = policy.reset_request is not None and policy.reset_request != before.last_reset
-    ctx = TargetContext(
-        spec, f"{policy.namespace}/{policy.name}", tick.now, tick.budgets, reset, Counter()
-    )
+    ctx = TargetContext(spec, f"{policy.namespace}/{policy.name}", tick.now, tick.budgets, reset)
     previous = {_key(status): status for status in before.targets}
     keys = [policy.target_key(index) for index in range(len(spec.targets))]
     outcomes: list[tuple[TargetKey, TargetOutcome]] = []
