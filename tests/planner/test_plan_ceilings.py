@@ -8,15 +8,19 @@ rollback, keep skipping) and what it says, and when a rollback is given up.
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
+
+import pytest
 
 from imagerefresh.models import PendingPurpose, PendingRefresh, Phase
-from imagerefresh.planner import PatchPurpose
+from imagerefresh.planner import Event, PatchPurpose
 
-from support.ticks import JM, T0, Tick, digest, evidence, key, spec, target
+from support.ticks import JM, PM, T0, Tick, digest, evidence, key, spec, target
 from support.workloads import deployment
 
 D1, D2 = digest(1), digest(2)
 JM_REPO = "tracebloc/jobs-manager"
+PM_REPO = "tracebloc/pods-monitor"
 JOBS = key("jobs-manager")
 NO_TIME = timedelta(0)
 RESET_HINT = "no re-imaging until a reset: imagerefresh reset tracebloc/control-plane"
@@ -162,3 +166,155 @@ def test_a_rollback_in_flight_says_what_it_restores() -> None:
     status = tick.target("jobs-manager")
     assert status.phase is Phase.ROLLING_BACK
     assert status.message.startswith(f"rolling back to api={JM_REPO}@{D1}: ")
+
+
+def managed_by(workload: dict[str, Any], **managers: str) -> dict[str, Any]:
+    """``workload`` whose managedFields name ``managers[container]`` as its image's writer."""
+    workload["metadata"]["managedFields"] = [
+        {
+            "manager": manager,
+            "operation": "Update",
+            "fieldsV1": {
+                "f:spec": {
+                    "f:template": {
+                        "f:spec": {"f:containers": {f'k:{{"name":"{name}"}}': {"f:image": {}}}}
+                    }
+                }
+            },
+        }
+        for name, manager in managers.items()
+    ]
+    return workload
+
+
+def two_containers(api: str, monitor: str, **fields: Any) -> dict[str, Any]:
+    return deployment("jobs-manager", {"api": api, "monitor": monitor}, **fields)
+
+
+OURS = {"api": f"docker.io/{JM_REPO}@{D2}", "monitor": f"docker.io/{PM_REPO}@{D2}"}
+PLAN = f"api {D1[:19]}… → {D2[:19]}…, monitor {D1[:19]}… → {D2[:19]}…"
+ROLLBACK = PendingRefresh(
+    purpose=PendingPurpose.ROLLBACK,
+    images={"api": f"{JM_REPO}@{D1}", "monitor": f"{PM_REPO}@{D1}"},
+    previous={"api": f"{JM_REPO}@{D2}", "monitor": f"{PM_REPO}@{D2}"},
+    started_at=T0,
+)
+RESTORED = f"api={JM_REPO}@{D1}, monitor={PM_REPO}@{D1}"
+UNSTEADY = "1 of 2 updated replicas are available"
+LOCKED_CASES: list[tuple[str, dict[str, Any], dict[str, Any], str]] = [
+    (
+        "drift",
+        {},
+        two_containers(f"{JM_REPO}@{D1}", f"{PM_REPO}@{D1}"),
+        f"drift: {PLAN}",
+    ),
+    ("now current", {}, two_containers(f"{JM_REPO}@{D2}", f"{PM_REPO}@{D2}"), "now current"),
+    (
+        "not settled",
+        {},
+        two_containers(f"{JM_REPO}@{D1}", f"{PM_REPO}@{D1}", replicas=2, available=1),
+        UNSTEADY,
+    ),
+    (
+        "rolling back",
+        {"pending": ROLLBACK},
+        two_containers(f"{JM_REPO}@{D1}", f"{PM_REPO}@{D1}", replicas=2, available=1),
+        f"rolling back to {RESTORED}: {UNSTEADY}",
+    ),
+    (
+        "rollback owed",
+        {"pending": ROLLBACK},
+        two_containers(f"{JM_REPO}@{D2}", f"{PM_REPO}@{D2}"),
+        f"rollback to {RESTORED} owed: sending it again",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("fields", "workload", "detail"),
+    [case[1:] for case in LOCKED_CASES],
+    ids=[case[0] for case in LOCKED_CASES],
+)
+def test_a_locked_target_says_what_it_sees_and_how_to_unlock_it(
+    fields: dict[str, Any], workload: dict[str, Any], detail: str
+) -> None:
+    tick = Tick(
+        spec(target("jobs-manager", api=JM, monitor=PM), maxRefreshAttempts=2, rolloutTimeout="1h")
+    )
+    tick.run({JOBS: evidence(two_containers(f"{JM_REPO}@{D1}", f"{PM_REPO}@{D1}"))})
+    (status,) = tick.status.targets
+    locked = {"refresh_attempts": 2, "locked_at": T0, "phase": Phase.LOCKED, **fields}
+    tick.status = tick.status.model_copy(update={"targets": (status.model_copy(update=locked),)})
+    plan = tick.run({JOBS: evidence(workload, digests={"api": D2, "monitor": D2})})
+    assert [p.purpose for p in plan.patches] == (
+        [PatchPurpose.ROLLBACK] if detail.startswith("rollback to") else []
+    )
+    status = tick.target("jobs-manager")
+    assert status.phase is Phase.LOCKED
+    assert status.message == (
+        f"locked after 2 failed or contested refreshes ({detail}); {RESET_HINT}"
+    )
+
+
+def test_re_pinning_what_two_other_writers_moved_is_a_contested_attempt_naming_both() -> None:
+    tick = Tick(spec(target("jobs-manager", api=JM, monitor=PM), maxRefreshAttempts=2))
+    tick.run({JOBS: evidence(two_containers(f"{JM_REPO}@{D2}", f"{PM_REPO}@{D2}"))})
+    (status,) = tick.status.targets
+    tick.status = tick.status.model_copy(
+        update={"targets": (status.model_copy(update={"last_good": OURS}),)}
+    )
+    reverted = managed_by(
+        two_containers(f"{JM_REPO}@{D1}", f"{PM_REPO}@{D1}", generation=2),
+        api="argocd-controller",
+        monitor="kubectl-set",
+    )
+    for attempt, phase in ((1, Phase.REFRESHING), (2, Phase.LOCKED)):
+        plan = tick.run({JOBS: evidence(reverted, digests={"api": D2, "monitor": D2})})
+        contested = [e for e in plan.events if e.reason == "Contested"]
+        assert contested == [
+            Event(
+                "Warning",
+                "Contested",
+                "field manager 'argocd-controller', field manager 'kubectl-set' changed api, "
+                "monitor of Deployment tracebloc/jobs-manager away from what imagerefresh last "
+                f"wrote: re-pinning is contested attempt {attempt} of 2. Two writers on one "
+                "image end Locked: stop the other writer (a CronJob, GitOps self-heal, another "
+                "policy) or remove the target from this policy",
+                JOBS,
+            )
+        ]
+        status = tick.target("jobs-manager")
+        assert (status.phase, status.contested) == (phase, attempt)
+    assert [p.purpose for p in plan.patches] == []
+    assert tick.target("jobs-manager").message == (
+        f"locked after 2 failed or contested refreshes (contested: {PLAN}); {RESET_HINT}"
+    )
+
+
+def test_a_new_digest_after_our_own_refresh_is_a_plain_refresh_not_a_contest() -> None:
+    tick = Tick(spec(target("jobs-manager", api=JM)))
+    tick.run({JOBS: evidence(settled(f"{JM_REPO}@{D1}"), digests={"api": D2})})
+    tick.run({JOBS: evidence(settled(f"{JM_REPO}@{D2}", 2), digests={"api": D2})})
+    assert tick.target("jobs-manager").last_good == {"api": f"docker.io/{JM_REPO}@{D2}"}
+    plan = tick.run({JOBS: evidence(settled(f"{JM_REPO}@{D2}", 2), digests={"api": digest(3)})})
+    assert [p.purpose for p in plan.patches] == [PatchPurpose.REFRESH]
+    assert [e.reason for e in plan.events] == ["Refreshing"]
+    status = tick.target("jobs-manager")
+    assert (status.refresh_attempts, status.contested) == (0, 0)
+
+
+def test_a_success_clears_failed_attempts_but_never_contested_ones() -> None:
+    for contested in (0, 1):
+        tick = refreshing(maxRefreshAttempts=3)
+        (status,) = tick.status.targets
+        counters = {"refresh_attempts": 2, "contested": contested}
+        tick.status = tick.status.model_copy(
+            update={"targets": (status.model_copy(update=counters),)}
+        )
+        tick.run({JOBS: evidence(settled(f"{JM_REPO}@{D2}", 2), digests={"api": D2})})
+        status = tick.target("jobs-manager")
+        assert (status.phase, status.refresh_attempts, status.contested) == (
+            Phase.CURRENT,
+            contested,
+            contested,
+        )

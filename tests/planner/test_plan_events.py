@@ -8,7 +8,7 @@ from datetime import timedelta
 from imagerefresh.models import PendingPurpose, PendingRefresh
 from imagerefresh.planner import Event
 
-from support.ticks import JM, T0, Tick, digest, evidence, key, spec, target
+from support.ticks import JM, PM, T0, Tick, digest, evidence, key, spec, target
 from support.workloads import deployment
 
 D1, D2, D3 = digest(1), digest(2), digest(3)
@@ -110,3 +110,57 @@ def test_a_contest_by_a_writer_that_left_no_managed_fields_names_an_unknown_writ
         f"field manager 'an unknown writer' changed the images of {WORKLOAD} during our refresh: "
         "contested attempt 1 of 3. Two writers on one image end Locked"
     )
+
+
+def test_the_life_of_a_two_container_refresh_names_every_container_and_image() -> None:
+    pm_repo = "tracebloc/pods-monitor"
+    tick = Tick(spec(target("jobs-manager", api=JM, monitor=PM), rolloutTimeout="10m"))
+
+    def images(d: str) -> dict[str, str]:
+        return {"api": f"{JM_REPO}@{d}", "monitor": f"{pm_repo}@{d}"}
+
+    digests = {"api": D2, "monitor": D2}
+    tick.run(
+        {JOBS: evidence(deployment("jobs-manager", images(D1)), digests=digests)},
+        advance=timedelta(0),
+    )
+    rolling = deployment("jobs-manager", images(D2), generation=2, available=0)
+    tick.run({JOBS: evidence(rolling, digests=digests)}, advance=timedelta(minutes=11))
+    status = tick.target("jobs-manager")
+    assert status.message == ("rolling out our refresh: 0 of 1 updated replicas are available")
+    plan = tick.run({JOBS: evidence(rolling, digests=digests)}, advance=timedelta(minutes=1))
+    restored = f"api={JM_REPO}@{D1}, monitor={pm_repo}@{D1}"
+    assert events(plan.events, "RollingBack") == [
+        ("Warning", "RollingBack", f"rolling {WORKLOAD} back to {restored}")
+    ]
+    back = deployment("jobs-manager", images(D1), generation=3, available=0)
+    tick.run({JOBS: evidence(back, digests=digests)}, advance=timedelta(minutes=1))
+    assert tick.target("jobs-manager").message == (
+        f"rolling back to {restored}: 0 of 1 updated replicas are available"
+    )
+    plan = tick.run({JOBS: evidence(deployment("jobs-manager", images(D1), generation=3))})
+    assert events(plan.events, "RolledBack") == [
+        ("Normal", "RolledBack", f"{WORKLOAD} rolled back to {restored}")
+    ]
+    tick = Tick(spec(target("jobs-manager", api=JM, monitor=PM)))
+    tick.run({JOBS: evidence(deployment("jobs-manager", images(D1)), digests=digests)})
+    plan = tick.run({JOBS: evidence(deployment("jobs-manager", images(D2), generation=2))})
+    assert events(plan.events, "Refreshed") == [
+        ("Normal", "Refreshed", f"{WORKLOAD} rolled out api → {D2[:19]}…, monitor → {D2[:19]}…")
+    ]
+
+
+def test_a_contest_during_our_refresh_says_how_to_end_it() -> None:
+    tick = Tick(spec(target("jobs-manager", api=JM)))
+    tick.run({JOBS: evidence(settled(f"{JM_REPO}@{D1}"), digests={"api": D2})})
+    plan = tick.run({JOBS: evidence(settled(f"{JM_REPO}@{D3}", 3), digests={"api": D2})})
+    assert events(plan.events, "Contested") == [
+        (
+            "Warning",
+            "Contested",
+            f"field manager 'an unknown writer' changed the images of {WORKLOAD} during our "
+            "refresh: contested attempt 1 of 3. Two writers on one image end Locked: stop the "
+            "other writer (a CronJob, GitOps self-heal, another policy) or remove the target "
+            "from this policy",
+        )
+    ]

@@ -103,7 +103,10 @@ def test_a_rollback_that_has_not_landed_is_owed_and_sent_again_every_tick() -> N
             f"{JM_REPO}@{D1}",
         )
         status = tick.target("jobs-manager")
-        assert status.phase is Phase.ROLLING_BACK
+        assert (status.phase, status.message) == (
+            Phase.ROLLING_BACK,
+            f"rollback to api={JM_REPO}@{D1} owed: sending it again",
+        )
         assert status.refresh_attempts == 1  # counted once, when the refresh failed
         assert status.pending is not None
 
@@ -168,7 +171,10 @@ def test_one_workload_targeted_twice_after_namespace_defaulting_is_a_conflict_on
     plan = tick.run({JOBS: evidence(work, digests={"api": D2, "pods-monitor-container": D3})})
     assert plan.patches == ()
     assert [t.phase for t in tick.status.targets] == [Phase.CONFLICT, Phase.CONFLICT]
-    assert "more than once" in tick.status.targets[0].message
+    assert [t.message for t in tick.status.targets] == 2 * [
+        f"{JOBS} is targeted more than once by this policy (after defaulting the namespace); "
+        "declare each workload once"
+    ]
 
 
 def test_a_container_another_policy_declares_is_a_conflict_naming_that_policy() -> None:
@@ -178,7 +184,10 @@ def test_a_container_another_policy_declares_is_a_conflict_naming_that_policy() 
     assert plan.patches == ()
     status = tick.target("jobs-manager")
     assert status.phase is Phase.CONFLICT
-    assert "tracebloc/legacy" in status.message
+    assert status.message == (
+        f"container 'api' of {JOBS} is also declared by policy tracebloc/legacy; one container, "
+        "one policy: remove it from one of them"
+    )
 
 
 def plan_with_claims(tick: Tick, claims: dict[tuple[TargetKey, str], str]) -> Plan:
@@ -270,6 +279,39 @@ def test_a_pending_record_for_undeclared_containers_fails_closed_until_a_reset()
     assert tick.target("jobs-manager").pending.images == {"api": f"{JM_REPO}@{D2}"}
 
 
+def test_a_forged_pending_record_is_explained_whole_with_the_way_out() -> None:
+    fix = (
+        ": it was not written by imagerefresh for this target, so nothing is patched on it; "
+        "reset the policy to rebuild its status: imagerefresh reset tracebloc/control-plane"
+    )
+    cases = [
+        (
+            PendingRefresh(
+                images={"b": f"{JM_REPO}@{D2}", "a": f"{JM_REPO}@{D2}"},
+                previous={"b": JM, "a": JM},
+                started_at=T0,
+            ),
+            "names containers the policy does not declare (a, b)",
+        ),
+        (
+            refresh_intent("evil.example/miner:1", "evil.example/miner:2"),
+            "names images outside the tracked repository (api: evil.example/miner is not the "
+            "tracked repository docker.io/tracebloc/jobs-manager; api: evil.example/miner is "
+            "not the tracked repository docker.io/tracebloc/jobs-manager)",
+        ),
+    ]
+    for forged, why in cases:
+        tick = Tick(spec(target("jobs-manager", api=JM)))
+        with_pending(tick, forged)
+        plan = tick.run({JOBS: evidence(settled(f"{JM_REPO}@{D1}"), digests={"api": D2})})
+        assert plan.patches == ()
+        status = tick.target("jobs-manager")
+        assert (status.phase, status.message) == (
+            Phase.ERROR,
+            f"status.pending of {JOBS} {why}{fix}",
+        )
+
+
 def test_a_pending_record_started_in_the_future_fails_closed_instead_of_never_timing_out() -> None:
     tick = Tick(spec(target("jobs-manager", api=JM)))
     future = refresh_intent(f"{JM_REPO}@{D2}", f"{JM_REPO}@{D1}").model_copy(
@@ -281,6 +323,30 @@ def test_a_pending_record_started_in_the_future_fails_closed_instead_of_never_ti
     status = tick.target("jobs-manager")
     assert status.phase is Phase.ERROR
     assert "in the future" in status.message
+
+
+def test_a_pending_record_up_to_five_minutes_ahead_is_another_replica_s_clock_not_forged() -> None:
+    tick = Tick(spec(target("jobs-manager", api=JM)))
+    with_pending(tick, refresh_intent(f"{JM_REPO}@{D2}", f"{JM_REPO}@{D1}"))
+    for ahead, phase in (
+        (timedelta(minutes=5), Phase.REFRESHING),
+        (timedelta(minutes=5, seconds=1), Phase.ERROR),
+    ):
+        (status,) = tick.status.targets
+        pending = status.pending.model_copy(update={"started_at": tick.now + ahead})
+        tick.status = tick.status.model_copy(
+            update={
+                "targets": (
+                    status.model_copy(update={"pending": pending, "phase": Phase.REFRESHING}),
+                )
+            }
+        )
+        plan = tick.run(
+            {JOBS: evidence(unsettled(f"{JM_REPO}@{D2}"), digests={"api": D2})},
+            advance=timedelta(0),
+        )
+        assert plan.patches == ()
+        assert tick.target("jobs-manager").phase is phase, ahead
 
 
 def test_the_write_guard_allows_tags_and_digests_of_the_tracked_repository_only() -> None:

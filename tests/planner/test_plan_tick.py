@@ -6,6 +6,7 @@ from datetime import timedelta
 
 from imagerefresh.models import Phase
 from imagerefresh.planner import NamespacePolicy, PatchPurpose, Resolved, Unresolved
+from imagerefresh.ratelimit import BudgetSnapshot, RateLimitReport
 
 from support.ticks import JM, NS, PM, RM, Tick, budget, digest, evidence, key, spec, target
 from support.workloads import daemonset, deployment, pod
@@ -316,6 +317,41 @@ def test_a_registry_failure_is_neither_a_skip_nor_a_flap() -> None:
     assert (status.phase, status.skip_streak, status.refresh_attempts) == (Phase.ERROR, 0, 0)
 
 
+def test_an_unresolved_container_on_a_tag_is_left_alone_while_the_next_one_refreshes() -> None:
+    tick = Tick(two_container_spec())
+    down = Unresolved("Unreachable", "cannot reach registry-1.docker.io")
+    plan = tick.run(
+        {
+            key("jobs-manager"): evidence(
+                jobs_manager(JM, PM), digests={"api": down, "pods-monitor-container": D2}
+            )
+        }
+    )
+    (patch,) = plan.patches
+    assert [(c.container, c.image) for c in patch.changes] == [
+        ("pods-monitor-container", f"tracebloc/pods-monitor@{D2}")
+    ]
+    status = tick.target("jobs-manager")
+    assert status.pending.images == {"pods-monitor-container": f"tracebloc/pods-monitor@{D2}"}
+    assert status.message == (
+        f"refreshing pods-monitor-container unknown → {D2[:19]}…; "
+        "not resolved, left alone: api: cannot reach registry-1.docker.io"
+    )
+
+
+def test_a_container_with_no_registry_answer_at_all_is_an_error_never_a_patch() -> None:
+    tick = Tick(two_container_spec())
+    plan = tick.run({key("jobs-manager"): evidence(jobs_manager(JM, PM), digests={})})
+    assert plan.patches == ()
+    status = tick.target("jobs-manager")
+    assert (status.phase, status.pending) == (Phase.ERROR, None)
+    assert status.message == (
+        "registry unreadable, nothing patched; not resolved, left alone: "
+        "api: not resolved; pods-monitor-container: not resolved"
+    )
+    assert tick.condition("Degraded").status == "True"
+
+
 # --- 4.3c skip streak → Frozen -----------------------------------------------------------
 
 
@@ -622,6 +658,35 @@ def test_status_summary_is_the_worst_phase_and_observed_generation() -> None:
     assert all(c.observed_generation == 7 for c in tick.status.conditions)
 
 
+def budget_from(source: str) -> BudgetSnapshot:
+    report = RateLimitReport(limit=100, remaining=76, window_seconds=21600, source=source)
+    return BudgetSnapshot("registry-1.docker.io", "anonymous", report, 76)
+
+
+def test_the_policy_s_last_refresh_is_its_latest_target_refresh() -> None:
+    names = ("jobs-manager", "requests-proxy")
+    tick = Tick(spec(*(target(n, api=JM) for n in names)))
+    old, new = {"api": f"{JM_REPO}@{D1}"}, {"api": f"{JM_REPO}@{D2}"}
+    tick.run({key(n): evidence(deployment(n, old), digests={"api": D2}) for n in names})
+    assert tick.status.last_refresh is None
+    first = tick.now
+    tick.run(
+        {
+            key("jobs-manager"): evidence(
+                deployment("jobs-manager", new, generation=2), digests={"api": D2}
+            ),
+            key("requests-proxy"): evidence(deployment("requests-proxy", old), digests={"api": D2}),
+        }
+    )
+    assert tick.status.last_refresh == first
+    second = tick.now
+    tick.run(
+        {key(n): evidence(deployment(n, new, generation=2), digests={"api": D2}) for n in names}
+    )
+    assert tick.target("jobs-manager").last_refresh == first
+    assert tick.status.last_refresh == second
+
+
 def test_registry_budgets_are_reported_in_status() -> None:
     tick = Tick(spec(target("jobs-manager", api=JM)))
     hub = ("registry-1.docker.io", "anonymous")
@@ -631,15 +696,17 @@ def test_registry_budgets_are_reported_in_status() -> None:
                 deployment("jobs-manager", {"api": f"{JM_REPO}@{D1}"}), digests={"api": D1}
             )
         },
-        {hub: budget("registry-1.docker.io", 76)},
+        {hub: budget_from("203.0.113.7")},
     )
     (registry,) = tick.status.registries
-    assert (registry.host, registry.limit, registry.remaining, registry.window_seconds) == (
-        "registry-1.docker.io",
-        100,
-        76,
-        21600,
-    )
+    assert (
+        registry.host,
+        registry.identity,
+        registry.limit,
+        registry.remaining,
+        registry.window_seconds,
+        registry.source,
+    ) == ("registry-1.docker.io", "anonymous", 100, 76, 21600, "203.0.113.7")
 
 
 def test_a_refresh_also_pins_containers_still_on_an_adopted_tag_in_the_same_patch() -> None:

@@ -78,3 +78,24 @@ def test_a_carried_over_degraded_message_is_not_wrapped_twice() -> None:
     before = {c.type: c.message for c in plan.status.conditions}
     after = {c.type: c.message for c in revised.conditions}
     assert after["Degraded"] == before["Degraded"]
+
+
+def test_a_revision_keeps_what_the_tick_planned_not_what_it_read() -> None:
+    tick = Tick(spec(target("jobs-manager", api=JM)), generation=7)
+    read = tick.input({}).policy  # the policy as the shell read it, before planning
+    tick.reset = "2026-11-29T12:30"
+    plan = tick.run(
+        {
+            key("jobs-manager"): evidence(
+                deployment("jobs-manager", {"api": JM}), digests={"api": D2}
+            )
+        },
+        {HUB: budget(HUB[0], remaining=90)},
+    )
+    refused = plan.status.targets[0].model_copy(update={"phase": Phase.REFUSED})
+    revised = revise_target(read, plan.status, refused, tick.now)
+    assert (read.status.registries, read.status.last_reset) == ((), None)
+    assert revised.registries == plan.status.registries != ()
+    assert revised.last_reset == "2026-11-29T12:30"
+    assert (revised.observed_generation, revised.phase) == (7, Phase.REFUSED)
+    assert {c.observed_generation for c in revised.conditions} == {7}

@@ -29,7 +29,7 @@ container whose digest could not be resolved is left alone (the others still ref
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -318,9 +318,9 @@ class _Decision:
         )
         return None
 
-    def _writers(self, workload: Workload, images: Mapping[str, str]) -> str:
+    def _writers(self, workload: Workload, containers: Iterable[str]) -> str:
         managers = sorted(
-            {workload.image_managers.get(name, "an unknown writer") for name in images}
+            {workload.image_managers.get(name, "an unknown writer") for name in containers}
         )
         return ", ".join(f"field manager {m!r}" for m in managers)
 
@@ -559,7 +559,7 @@ class _Decision:
             self._event(
                 "Warning",
                 reasons.CONTESTED,
-                f"{self._writers(workload, moved)} changed {', '.join(sorted(moved))} of "
+                f"{self._writers(workload, moved)} changed {', '.join(moved)} of "
                 f"{self.key} away from what imagerefresh last wrote: re-pinning is contested "
                 f"attempt {attempts} of {self.ctx.spec.max_refresh_attempts}. Two writers on "
                 "one image end Locked: stop the other writer (a CronJob, GitOps self-heal, "
@@ -581,17 +581,14 @@ class _Decision:
         self._event("Normal", reasons.REFRESHING, f"patching {self.key}: {plan}")
         return self._finish(Phase.REFRESHING, f"refreshing {plan}{note}")
 
-    def _moved_since_our_write(
-        self, workload: Workload, drifted: Mapping[str, str]
-    ) -> dict[str, str]:
+    def _moved_since_our_write(self, workload: Workload, drifted: Mapping[str, str]) -> list[str]:
         """Drifted containers whose live image is not what imagerefresh last wrote there."""
-        moved = {}
-        for name in drifted:
-            ours = self.status.last_good.get(name)
-            live = workload.containers[name].image
-            if ours is not None and _normalised(live) != ours:
-                moved[name] = live
-        return moved
+        return [
+            name
+            for name in sorted(drifted)
+            if (ours := self.status.last_good.get(name)) is not None
+            and _normalised(workload.containers[name].image) != ours
+        ]
 
     def _adopted_tags(self, workload: Workload) -> dict[str, str]:
         """Containers still on a tag whose pods already run the desired digest.

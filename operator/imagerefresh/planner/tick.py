@@ -10,7 +10,6 @@ patches, posts the events and writes the status only if it differs from the one 
 
 from __future__ import annotations
 
-from collections import Counter
 from datetime import datetime
 
 from imagerefresh.models import (
@@ -146,7 +145,6 @@ def plan_tick(tick: TickInput) -> Plan:
         tick.now,
         tick.budgets,
         reset,
-        Counter(),
         follow_up=tick.follow_up,
     )
     previous = {_key(status): status for status in before.targets}
