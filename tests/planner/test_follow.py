@@ -45,7 +45,6 @@ def test_only_targets_with_a_pending_patch_are_followed_and_the_earliest_deadlin
         )
     )
     flying = in_flight(policy, policy_status, NS)
-    assert flying
     assert flying.workloads == {TargetKey("Deployment", NS, "a"), TargetKey("Deployment", NS, "b")}
     # b: started at +2m, no progress since → due just past +12m (a's is +14m).
     assert flying.deadline == T0 + timedelta(minutes=12, seconds=1)
@@ -61,7 +60,7 @@ def test_a_target_override_sets_its_deadline_and_nothing_pending_is_nothing_in_f
         in_flight(policy, PolicyStatus(targets=(status("a", started=None),)), NS)
         == NOTHING_IN_FLIGHT
     )
-    assert not NOTHING_IN_FLIGHT
+    assert not NOTHING_IN_FLIGHT.workloads
 
 
 def test_a_status_entry_for_a_workload_the_spec_no_longer_declares_is_not_followed() -> None:

@@ -197,8 +197,9 @@ def test_a_progress_time_in_the_future_is_not_ours_and_fails_closed() -> None:
 def test_only_interval_ticks_count_another_targets_skip_streak(follow_up: bool) -> None:
     tick = Tick(
         spec(
-            target("resource-monitor", "DaemonSet", AGENTS, monitor=RM),
+            # The kept target first: a follow-up goes on to judge the rollouts after it.
             target("jobs-manager", api="tracebloc/jobs-manager:prod"),
+            target("resource-monitor", "DaemonSet", AGENTS, monitor=RM),
             rolloutTimeout="2m",
         )
     )

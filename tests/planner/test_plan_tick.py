@@ -185,6 +185,15 @@ def test_a_pinned_digest_is_enforced_without_asking_the_registry() -> None:
     assert tick.target("jobs-manager").containers[0].desired == D3
 
 
+def test_a_pinned_digest_is_adopted_on_a_tag_whose_pods_already_run_it() -> None:
+    pinned = {"kind": "Deployment", "name": "jobs-manager"}
+    tick = Tick(spec({**pinned, "containers": [{"name": "api", "image": JM, "digest": D3}]}))
+    pods = [pod("p", {"api": f"docker.io/{JM_REPO}@{D3}"})]
+    plan = tick.run({key("jobs-manager"): evidence(deployment("jobs-manager", {"api": JM}), pods)})
+    assert plan.patches == ()
+    assert tick.target("jobs-manager").phase is Phase.CURRENT
+
+
 def test_init_containers_are_patched_at_their_own_path() -> None:
     tick = Tick(spec(target("jobs-manager", api=JM, migrate=JM)))
     work = deployment("jobs-manager", {"api": JM}, init_images={"migrate": JM})

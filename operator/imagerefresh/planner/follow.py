@@ -30,9 +30,6 @@ class InFlight:
     workloads: frozenset[TargetKey]
     deadline: datetime | None
 
-    def __bool__(self) -> bool:
-        return bool(self.workloads)
-
 
 NOTHING_IN_FLIGHT = InFlight(frozenset(), None)
 

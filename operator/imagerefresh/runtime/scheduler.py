@@ -145,7 +145,7 @@ class Scheduler:
             for policy in self._policies.values()
             if policy.running is None
         ]
-        if any(policy.in_flight for policy in self._policies.values()):
+        if any(policy.in_flight.workloads for policy in self._policies.values()):
             waits.append(self._next_poll - now)
         return max(0.05, min(waits, default=3600.0))
 
@@ -197,7 +197,7 @@ class Scheduler:
         following = [
             policy
             for policy in self._policies.values()
-            if policy.in_flight and policy.running is None
+            if policy.in_flight.workloads and policy.running is None
         ]
         for policy in following:
             changed = await self._changed_workloads(policy)
