@@ -124,6 +124,19 @@ def test_defaults_are_the_documented_ones() -> None:
             },
             "URL scheme",
         ),
+        (
+            {
+                "targets": [
+                    {
+                        "kind": "Deployment",
+                        "name": "x",
+                        "rolloutTimeout": "29s",
+                        "containers": [{"name": "a", "image": "a"}],
+                    }
+                ]
+            },
+            "rolloutTimeout must be at least 30s",
+        ),
         ({"unknown": 1}, "Extra inputs"),
     ],
 )
