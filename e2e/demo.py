@@ -313,9 +313,17 @@ class Demo:
         detail(f"{fresh.reference} → {fresh.digest[:19]}…")
         detail("annotating the policy refresh-now, as a release pipeline would (else: next tick)")
         self.refresh_now()
-        status = self.wait("the refresh to start", lambda s: s.get("phase") == "Refreshing")
+        # Pinned by the tick just asked for; the rollout may even be judged already.
+        status = self.wait(
+            "the refresh to start",
+            lambda s: any(
+                fresh.digest in (c.get("live") or "")
+                for t in s.get("targets") or ()
+                for c in t.get("containers") or ()
+            ),
+        )
         for target in status["targets"]:
-            if target.get("pending"):
+            if target.get("pending") or target["phase"] == "Refreshing":
                 detail(f"tick: {target['name']}: {target['message']}")
         say(
             "Following the rollouts as they happen (settled exactly as `kubectl rollout status` "
