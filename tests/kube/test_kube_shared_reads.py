@@ -261,3 +261,51 @@ def test_read_cache_gives_every_asker_the_first_askers_error() -> None:
         with pytest.raises(KubeError, match="forbidden"):
             cache.get(("ServiceAccount", "ns", "x"), failing)
     assert calls["failing"] == 1
+
+
+class Clock:
+    now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_shared_read_cache_answers_within_its_lifetime_and_reads_again_after() -> None:
+    clock = Clock()
+    cache = ReadCache(lifetime=10.0, clock=clock)
+    answers = iter(["first", "second", "third"])
+    key = ("ServiceAccount", "ns", "default")
+
+    assert cache.get(key, lambda: next(answers)) == "first"
+    clock.now += 9.9  # a policy ticking in the same window
+    assert cache.get(key, lambda: next(answers)) == "first"
+    clock.now += 0.1  # the window is over: never older than the lifetime
+    assert cache.get(key, lambda: next(answers)) == "second"
+    assert cache.get(("other",), lambda: next(answers)) == "third"
+
+
+def test_a_shared_read_cache_never_remembers_an_error_past_its_askers() -> None:
+    cache = ReadCache(lifetime=10.0, clock=Clock())
+    calls: Counter[str] = Counter()
+
+    def failing_once() -> str:
+        calls["read"] += 1
+        if calls["read"] == 1:
+            raise KubeError("get ServiceAccount ns/x: the server is currently unable")
+        return "answer"
+
+    with pytest.raises(KubeError, match="unable"):
+        cache.get("k", failing_once)
+    assert cache.get("k", failing_once) == "answer"  # the next tick reads again
+    assert cache.get("k", failing_once) == "answer"
+    assert calls["read"] == 2
+
+
+def test_a_shared_read_cache_drops_what_it_may_no_longer_use() -> None:
+    clock = Clock()
+    cache = ReadCache(lifetime=10.0, clock=clock)
+    for index in range(50):
+        cache.get(index, lambda: "answer")
+    clock.now += 10.0
+    cache.get("fresh", lambda: "answer")
+    assert len(cache) == 1  # bounded by one window's reads, not the operator's life

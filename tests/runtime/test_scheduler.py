@@ -7,6 +7,7 @@ calls); the real operator's behaviour is in test_rollout_following and test_oper
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -34,9 +35,17 @@ class Clock:
 class Api:
     version: str = "1"
     reads: int = 0
+    read_names: list[str] = field(default_factory=list)
+    # Cleared: every read waits for it (an API server slow to answer).
+    answering: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        self.answering.set()
 
     def read_workload(self, kind: str, namespace: str, name: str) -> dict[str, Any]:
         self.reads += 1
+        self.read_names.append(name)
+        assert self.answering.wait(10)
         return {"metadata": {"resourceVersion": self.version}}
 
 
@@ -63,9 +72,10 @@ class Ticker:
         return result
 
 
-def flying(deadline: float | None) -> TickOutcome:
+def flying(deadline: float | None, *workloads: TargetKey) -> TickOutcome:
     when = datetime.fromtimestamp(deadline, UTC) if deadline is not None else None
-    return TickOutcome(None, None, InFlight(frozenset({APP}), when), {APP: "1"})  # type: ignore[arg-type]
+    keys = frozenset(workloads or {APP})
+    return TickOutcome(None, None, InFlight(keys, when), dict.fromkeys(keys, "1"))  # type: ignore[arg-type]
 
 
 @pytest.fixture
@@ -184,3 +194,27 @@ async def test_a_forgotten_policy_never_ticks_again_and_its_series_go(
     await at(scheduler, clock, clock.now + 10 * INTERVAL)
     assert ticker.calls == [False]
     assert ticker.metrics.forgotten == [("ns", "p")]
+
+
+async def test_following_many_rollouts_reads_each_workload_once_and_never_holds_up_ticks(
+    running: tuple[Scheduler, Ticker, Clock],
+) -> None:
+    scheduler, ticker, clock = running
+    start = clock.now
+    shared = TargetKey("Deployment", "ns", "shared")  # type: ignore[arg-type]
+    own = [TargetKey("Deployment", "ns", f"app-{i}") for i in range(20)]  # type: ignore[arg-type]
+    ticker.next = [flying(start + 600, shared, *own[:10]), flying(start + 600, shared, *own[10:])]
+    scheduler.observe("uid-1", "ns", "p1", INTERVAL, 1)
+    scheduler.observe("uid-2", "ns", "p2", INTERVAL, 1)
+    await at(scheduler, clock, start)
+    await until(lambda: len(ticker.calls) == 2)
+    ticker.api.answering.clear()  # the API server is slow: the poll hangs on its reads
+    await at(scheduler, clock, start + 2)
+    await until(lambda: ticker.api.reads > 0)
+    scheduler.observe("uid-3", "ns", "p3", INTERVAL, 1)  # a new policy ticks meanwhile
+    await at(scheduler, clock, start + 2)
+    await until(lambda: len(ticker.calls) == 3)
+    ticker.api.answering.set()
+    await until(lambda: ticker.api.reads == 21)
+    await at(scheduler, clock, start + 3)
+    assert sorted(ticker.api.read_names) == sorted(["shared"] + [k.name for k in own])

@@ -88,31 +88,63 @@ T = TypeVar("T")
 
 
 class ReadCache:
-    """Answers of reads that many targets of one tick share, each read once (thread-safe).
+    """Answers of reads that many targets share, each read once (thread-safe).
 
     A tick's targets mostly run under the same ServiceAccount and pull secrets; without this,
-    each target would read them again. It lives as long as one tick, so what it holds is never
-    older than the tick itself. Concurrent askers of the same key wait for the first one's
-    answer — or its error, which is the answer for all of them.
+    each target would read them again. Without a ``lifetime`` it lives as long as one tick, so
+    what it holds is never older than the tick itself; concurrent askers of the same key wait
+    for the first one's answer — or its error, which is the answer for all of them.
+
+    With a ``lifetime`` (seconds) it is shared by the ticks of many policies: policies ticking
+    together (the resolution window) read each ServiceAccount and secret once, not once each,
+    and no answer is used once it is older than ``lifetime``. An error is the answer only for
+    the askers already waiting for it: the next one reads again, so a transient failure is
+    never remembered.
     """
 
-    def __init__(self) -> None:
+    def __init__(
+        self, lifetime: float | None = None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._lock = threading.Lock()
-        self._answers: dict[Hashable, Future[Any]] = {}
+        self._answers: dict[Hashable, tuple[Future[Any], float]] = {}
+        self._lifetime, self._clock = lifetime, clock
 
     def get(self, key: Hashable, read: Callable[[], T]) -> T:
         with self._lock:
-            answer = self._answers.get(key)
-            first = answer is None
-            if answer is None:
-                answer = self._answers[key] = Future()
+            now = self._clock()
+            entry = self._answers.get(key)
+            first = entry is None or self._expired(entry, now)
+            if first:
+                self._forget_expired(now)
+                entry = self._answers[key] = (Future(), now)
+            assert entry is not None
+            answer = entry[0]
         if first:
             try:
                 answer.set_result(read())
             except BaseException as error:
                 answer.set_exception(error)
+                if self._lifetime is not None:
+                    with self._lock:
+                        if self._answers.get(key) is entry:
+                            del self._answers[key]
         result: T = answer.result()
         return result
+
+    def __len__(self) -> int:
+        """How many answers it holds (expired ones go when the next read is made)."""
+        with self._lock:
+            return len(self._answers)
+
+    def _expired(self, entry: tuple[Future[Any], float], now: float) -> bool:
+        return self._lifetime is not None and now - entry[1] >= self._lifetime
+
+    def _forget_expired(self, now: float) -> None:
+        """Drop the answers too old to use (the cache never outgrows one window's reads)."""
+        if self._lifetime is None:
+            return
+        for key in [k for k, entry in self._answers.items() if self._expired(entry, now)]:
+            del self._answers[key]
 
 
 # Pull-secret types the kubelet reads, and the data key each keeps its docker config under.

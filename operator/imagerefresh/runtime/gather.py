@@ -183,16 +183,17 @@ def _reduced(read: _Read) -> _Read:
 
 
 async def _read_all(
-    api: KubeApi, keys: list[TargetKey], concurrency: int
+    api: KubeApi, keys: list[TargetKey], concurrency: int, shared: ReadCache | None
 ) -> dict[TargetKey, _Read]:
     """Every target's workload, then (concurrently) its pods and pull secrets.
 
     The tick's reads share a :class:`ReadCache` (each ServiceAccount and pull secret is read
-    once per tick, not once per target) and the pods of one namespace's targets are listed
-    together, in one request when their selectors allow it.
+    once per tick, not once per target — or once per window across the policies ticking
+    together, with ``shared``) and the pods of one namespace's targets are listed together,
+    in one request when their selectors allow it.
     """
     gate = asyncio.Semaphore(concurrency)
-    cache = ReadCache()
+    cache = shared if shared is not None else ReadCache()
 
     async def bounded(call: Callable[..., Any], *args: Any) -> Any:
         async with gate:
@@ -283,9 +284,11 @@ async def gather(
     now: datetime,
     claimed_elsewhere: Mapping[tuple[TargetKey, str], str] | None = None,
     follow_up: bool = False,
+    shared_reads: ReadCache | None = None,
 ) -> Gathered:
     """Everything one tick of ``policy`` decides on (``claimed_elsewhere``: other policies'
-    containers, see :mod:`.claims`).
+    containers, see :mod:`.claims`; ``shared_reads``: ServiceAccounts and pull secrets read
+    by the policies ticking together, see :class:`ReadCache`).
 
     ``follow_up``: a tick between interval ticks that judges only the rollouts in flight —
     only their workloads are read, and the registry is asked nothing already answered.
@@ -300,7 +303,7 @@ async def gather(
     if follow_up:
         flying = in_flight(spec, view.status, view.namespace).workloads
         reachable = [k for k in reachable if k in flying]
-    reads = await _read_all(api, reachable, config.kube_concurrency)
+    reads = await _read_all(api, reachable, config.kube_concurrency, shared_reads)
 
     wanted: dict[tuple[TargetKey, str], ResolutionKey] = {}
     chosen: dict[tuple[TargetKey, str], Credentials | None] = {}

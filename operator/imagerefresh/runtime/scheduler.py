@@ -41,6 +41,7 @@ log = structlog.get_logger(__name__)
 
 DEFAULT_FOLLOW_PERIOD = 2.0
 DEFAULT_RETRY_DELAY = 30.0
+DEFAULT_POLL_CONCURRENCY = 8  # workload reads in flight at once while following rollouts
 
 
 @dataclass
@@ -79,6 +80,7 @@ class Scheduler:
         phase: float,
         follow_period: float = DEFAULT_FOLLOW_PERIOD,
         retry_delay: float = DEFAULT_RETRY_DELAY,
+        poll_concurrency: int = DEFAULT_POLL_CONCURRENCY,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.ticker, self.phase, self.clock = ticker, phase, clock
@@ -86,6 +88,8 @@ class Scheduler:
         self._policies: dict[str, _Policy] = {}
         self._changed = asyncio.Event()
         self._next_poll = 0.0
+        self._polling: asyncio.Task[None] | None = None
+        self.poll_concurrency = poll_concurrency
 
     # --- what kopf reports ------------------------------------------------------------------
 
@@ -126,15 +130,17 @@ class Scheduler:
                 when, follow_up = policy.next_tick()
                 if policy.running is None and when <= now:
                     policy.running = asyncio.create_task(self._tick(policy, follow_up))
-            if now >= self._next_poll:
+            if now >= self._next_poll and (self._polling is None or self._polling.done()):
                 self._next_poll = now + self.follow_period
-                await self._poll()
+                self._polling = asyncio.create_task(self._poll())
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), timeout=self._sleep(now))
 
     async def stop(self) -> None:
         """Cancel the ticks in flight (kopf's cleanup)."""
         running = [p.running for p in self._policies.values() if p.running is not None]
+        if self._polling is not None:
+            running.append(self._polling)
         for task in running:
             task.cancel()
         await asyncio.gather(*running, return_exceptions=True)
@@ -193,30 +199,42 @@ class Scheduler:
         )
 
     async def _poll(self) -> None:
-        """Read the in-flight workloads; a changed one makes its policy's follow-up due now."""
+        """Read the in-flight workloads; a changed one makes its policy's follow-up due now.
+
+        Each workload is read once however many policies follow it, a few at a time, in a task
+        of its own: the loop goes on starting ticks while hundreds of rollouts are read.
+        """
         following = [
             policy
             for policy in self._policies.values()
             if policy.in_flight.workloads and policy.running is None
         ]
+        keys = sorted({key for policy in following for key in policy.in_flight.workloads})
+        gate = asyncio.Semaphore(self.poll_concurrency)
+
+        async def version(key: TargetKey) -> str | None:
+            async with gate:
+                return await self._version(key)
+
+        versions = dict(zip(keys, await asyncio.gather(*map(version, keys)), strict=True))
         for policy in following:
-            changed = await self._changed_workloads(policy)
+            changed = [
+                str(key)
+                for key in sorted(policy.in_flight.workloads)
+                if versions[key] is not None and versions[key] != policy.versions.get(key)
+            ]
             if changed:
                 log.debug("rollout moved", policy=policy.label, workloads=changed)
                 policy.follow_due = self.clock()
+                self._changed.set()
 
-    async def _changed_workloads(self, policy: _Policy) -> list[str]:
-        changed = []
-        api = self.ticker.api
-        for key in sorted(policy.in_flight.workloads):
-            try:
-                workload = await asyncio.to_thread(
-                    api.read_workload, key.kind, key.namespace, key.name
-                )
-            except KubeError as error:
-                log.debug("following a rollout: read failed", workload=str(key), error=str(error))
-                continue
-            version = str((workload or {}).get("metadata", {}).get("resourceVersion", ""))
-            if version != policy.versions.get(key):
-                changed.append(str(key))
-        return changed
+    async def _version(self, key: TargetKey) -> str | None:
+        """The workload's resourceVersion now (None when it could not be read)."""
+        try:
+            workload = await asyncio.to_thread(
+                self.ticker.api.read_workload, key.kind, key.namespace, key.name
+            )
+        except KubeError as error:
+            log.debug("following a rollout: read failed", workload=str(key), error=str(error))
+            return None
+        return str((workload or {}).get("metadata", {}).get("resourceVersion", ""))

@@ -17,7 +17,7 @@ from typing import Any
 
 import structlog
 
-from imagerefresh.kube.api import KubeApi
+from imagerefresh.kube.api import KubeApi, ReadCache
 from imagerefresh.metrics import Metrics
 from imagerefresh.planner import (
     NOTHING_IN_FLIGHT,
@@ -71,6 +71,9 @@ class PolicyTicker:
         self.config, self.metrics, self.clock = config, metrics, clock
         self.events = events if events is not None else EventRecorder(api)
         self.claims = ClaimIndex()  # fed by the watch on policies (handlers)
+        # Policies ticking together share their ServiceAccount and pull-secret reads, as they
+        # share registry answers: within the resolution window, never older than it.
+        self.shared_reads = ReadCache(lifetime=config.resolution_window)
         self._slots = asyncio.Semaphore(config.tick_concurrency)
 
     async def _gather(
@@ -86,6 +89,7 @@ class PolicyTicker:
             now=now,
             claimed_elsewhere=self.claims.elsewhere(metadata["namespace"], metadata["name"]),
             follow_up=follow_up,
+            shared_reads=self.shared_reads,
         )
 
     async def plan(self, namespace: str, name: str) -> tuple[Gathered, Plan] | None:
