@@ -4,8 +4,9 @@ The counter has no user label, so the bench isolates the operator by what only i
 the window is open (its ticks) and by request kind:
 
 * reads: GET and LIST of the objects a tick reads (workloads, pods, service accounts, secrets,
-  policies). The controllers and kwok read through watches (WATCH is left out: a watch is one
-  long request, counted when it ends).
+  policies), less the bench's own (it polls policies and workloads while it waits, and counts
+  those requests to subtract them). The controllers and kwok read through watches (WATCH is
+  left out: a watch is one long request, counted when it ends).
 * writes: PATCH of a workload (controllers write workloads with PUT), PUT of a policy's status,
   PATCH of a policy less the bench's own ``refresh-now`` bumps (counted and subtracted), and
   POST of an Event — the controllers post Events too while a rollout runs, so the operator's
@@ -90,15 +91,17 @@ class ApiWindow:
     cluster: Cluster
     core: kubernetes.client.CoreV1Api
     bumps: Callable[[], int]  # how many refresh-now PATCHes the bench has sent so far
+    own: Callable[[], Counter[RequestKey]]  # the bench's own reads so far
 
     def measure(self, ticks: int, action: Callable[[], object]) -> Cost:
         """Run ``action`` (which makes ``ticks`` policy ticks) between two scrapes."""
         events_before = _operator_events(self.core)
-        bumps_before = self.bumps()
+        bumps_before, own_before = self.bumps(), Counter(self.own())
         before = scrape(self.cluster)
         action()
         after = scrape(self.cluster)
         bumps = self.bumps() - bumps_before
+        after.subtract(self.own() - own_before)
         events = len(_operator_events(self.core) - events_before)
         delta = after - before
         cost = Cost(ticks=ticks)

@@ -166,21 +166,27 @@ class Fleet:
             found[self.namespace(i)].append(policy(self.policy_name(i), targets))
         return found
 
-    def warm_policy(self, front: str) -> tuple[str, Json]:
-        """A dryRun policy in the first namespace tracking every reference found there once.
+    def warm_policy(self, front: str, digests: dict[int, str]) -> tuple[str, list[Json]]:
+        """A dryRun policy in the first namespace tracking every reference found there once,
+        on workloads of its own (a container belongs to one policy), and those workloads.
 
         Ticking it just before the fleet fills the resolution window, so that a timed round
         measures the Kubernetes side only (registry time excluded, as SPEC §10 asks).
         """
         namespace = self.namespace(0)
-        seen: dict[int, str] = {}
-        for i in range(self.policies):
-            if self.namespace(i) != namespace:
-                continue
-            for j in range(self.targets):
-                seen.setdefault(self.reference_of(i, j), self.workload_name(i, j))
-        targets = [
-            target("Deployment", name, {"app": f"{front}/{self.path(ref)}:prod"})
-            for ref, name in sorted(seen.items())
-        ]
-        return namespace, policy("bench-warm", targets, dryRun=True)
+        refs = sorted(
+            {
+                self.reference_of(i, j)
+                for i in range(self.policies)
+                if self.namespace(i) == namespace
+                for j in range(self.targets)
+            }
+        )
+        objects: list[Json] = []
+        targets = []
+        for ref in refs:
+            name = f"warm-{ref:02d}"
+            pinned = f"{front}/{self.path(ref)}@{digests[ref]}"
+            objects.append(deployment(name, {"app": pinned}, 0, {"bench-warm": str(ref)}))
+            targets.append(target("Deployment", name, {"app": f"{front}/{self.path(ref)}:prod"}))
+        return namespace, [*objects, policy("bench-warm", targets, dryRun=True)]

@@ -262,8 +262,9 @@ class OperatorRun:
         namespaces: Iterable[str],
         pairs: Iterable[str] = (),
         window: float = 10.0,
+        extra_args: Iterable[str] = (),
     ) -> OperatorRun:
-        extra: list[str] = []
+        extra: list[str] = list(extra_args)
         for namespace in namespaces:
             extra += ["--namespace", namespace]
         for pair in pairs:

@@ -27,9 +27,11 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
+import httpx
 import kubernetes.client
 from apiserver import ApiWindow, Cost
 from fleet import EDGE_AGENTS, EDGE_CP, EDGE_IMAGES, Fleet, edge_policy, edge_workloads
@@ -74,6 +76,7 @@ class Config:
     changes: int = field(default_factory=lambda: _int("BENCH_CHANGES", 3))
     scale_rounds: int = field(default_factory=lambda: _int("BENCH_SCALE_ROUNDS", 3))
     soak_seconds: int = field(default_factory=lambda: _int("BENCH_SOAK_SECONDS", 600))
+    kills: int = field(default_factory=lambda: _int("BENCH_KILLS", 3))
     pushes: int = field(default_factory=lambda: _int("BENCH_PUSHES", 20))
     interval: int = field(default_factory=lambda: _int("BENCH_INTERVAL", 30))
     state: Path = field(
@@ -81,7 +84,7 @@ class Config:
     )
     # Logs and samples outlive the environment (whose state dir `e2e/local down` removes).
     logs: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="imagerefresh-bench-")))
-    # For development only: parts to leave out (edge, scale, soak).
+    # For development only: parts to leave out (edge, scale, soak, takeover).
     skip: frozenset[str] = field(
         default_factory=lambda: frozenset(filter(None, os.environ.get("BENCH_SKIP", "").split(",")))
     )
@@ -200,9 +203,11 @@ class Bench:
         self.fleet = Fleet(
             config.policies, config.targets, config.references, config.namespaces, config.replicas
         )
-        self.api = ApiWindow(cluster, self.core, lambda: self.triggers.sent)
+        self.own_reads: Counter[tuple[str, str, str]] = Counter()  # subtracted from API costs
+        self.api = ApiWindow(cluster, self.core, lambda: self.triggers.sent, lambda: self.own_reads)
         self.last_resolution = 0.0
         self.digests: dict[str, str] = {}
+        self.fleet_digests: dict[int, str] = {}
 
     # -- plumbing ------------------------------------------------------------------------
 
@@ -249,6 +254,9 @@ class Bench:
             log.patched[patched_mark:],
         )
 
+    def _tick_into(self, policies: list[tuple[str, str]], rounds: list[Round]) -> None:
+        rounds.append(self.tick(policies))
+
     def push(self, path: str, seed: str) -> str:
         pushed = self.pusher.push(path, "prod", seed=seed)
         return pushed.digest
@@ -270,6 +278,7 @@ class Bench:
     def settled(self, namespaces: Iterable[str]) -> bool:
         for namespace in namespaces:
             for kind in ("deployment", "daemon_set"):
+                self.own_reads[("LIST", kind.replace("_", "") + "s", "")] += 1
                 items = getattr(self.apps, f"list_namespaced_{kind}")(namespace).items
                 for obj in items:
                     status, spec = obj.status, obj.spec
@@ -292,6 +301,7 @@ class Bench:
     def phases(self, policies: Iterable[tuple[str, str]]) -> Counter[str]:
         found: Counter[str] = Counter()
         for namespace, name in policies:
+            self.own_reads[("GET", "imagerefreshpolicies", "")] += 1
             obj = cast(
                 dict[str, Any],
                 self.custom.get_namespaced_custom_object(
@@ -460,6 +470,7 @@ class Bench:
         fleet = self.fleet
         self.front.token_lifetime = LAPSED_TOKEN_LIFETIME  # the fleet's scopes: new tokens
         digests = {r: self.push(fleet.path(r), f"app-{r}-0") for r in range(fleet.references)}
+        self.fleet_digests = digests
         objects = fleet.objects(self.front.host, digests)
         for namespace in fleet.namespace_names:
             self.namespace(namespace)
@@ -527,15 +538,16 @@ class Bench:
         """Tick time at scale: every target drifts at once; registry time excluded."""
         assert self.operator is not None
         fleet, keys = self.fleet, self.fleet.policy_keys
-        warm_ns, warm = fleet.warm_policy(self.front.host)
+        warm_ns, warm = fleet.warm_policy(self.front.host, self.fleet_digests)
         before = self.operator.ticks()
-        self.apply(warm_ns, [warm])
+        self.apply(warm_ns, warm)
         self.operator.wait_ticks(before, [(warm_ns, "bench-warm")])
         patched_all: list[float] = []
         ticks_done: list[float] = []
         registry_during: list[int] = []
         cpu_used: dict[str, float] = {}  # CPU seconds each process spent in the timed rounds
         per_policy: list[float] = []
+        drift_cost = Cost()
         for round_no in range(1, self.config.scale_rounds + 1):
             for ref in range(fleet.references):
                 self.push(fleet.path(ref), f"app-{ref}-{round_no}")
@@ -544,7 +556,11 @@ class Bench:
             mark = len(self.front.served)
             pids = {"imagerefresh": self.operator.pid} | self.env.component_pids()
             cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
-            timed = self.tick(keys)
+            timed_rounds: list[Round] = []
+            drift_cost.add(
+                self.api.measure(len(keys), partial(self._tick_into, keys, timed_rounds))
+            )
+            timed = timed_rounds[0]
             for name, pid in pids.items():
                 cpu_used[name] = cpu_used.get(name, 0.0) + cpu_seconds(pid) - cpu_before[name]
             registry_during.append(sum(registry_counts(self.front, mark).values()))
@@ -587,6 +603,12 @@ class Bench:
             "3 tick time at scale",
             f"same rounds: CPU seconds per round on {os.cpu_count()} cores, by process",
             ", ".join(f"{name} {_fmt(used / rounds, 2)}" for name, used in busiest if used > 0),
+        )
+        self._api_rows(
+            "3 tick time at scale",
+            "same rounds, per policy tick (with the follow-ups that began meanwhile)",
+            drift_cost,
+            idle_target=False,
         )
         self.table.add(
             "3 tick time at scale",
@@ -762,6 +784,82 @@ class Bench:
         )
         (config.logs / "soak-rss.json").write_text(json.dumps(samples))
 
+    # -- (6) leader election: a standby takes over -------------------------------------------
+
+    def takeover(self) -> None:
+        """Two operators with ``--leader-elect`` (production timings) on the edge; the leader is
+        killed (SIGKILL: no release) and the standby's takeover timed, to its first tick done."""
+        assert self.operator is not None
+        self.operator.stop()
+        edge = [(EDGE_CP, "control-plane")]
+        kills = self.config.kills
+        leads, acts, ticks = [], [], []
+        leader = self._candidate("a")
+        wait_for(lambda: self._leads(leader), "the first leader", 60)
+        for kill in range(1, kills + 1):
+            standby = self._candidate("b" if kill % 2 else "a", kill)
+            wait_for(partial(self._stands_by, standby), "the standby's metrics", 60)
+            before = standby.ticks()
+            os.kill(leader.pid, signal.SIGKILL)
+            killed = time.monotonic()
+            assert leader.operator.process is not None
+            leader.operator.process.wait(10)
+            wait_for(partial(self._leads, standby), "the standby to lead", 120, 0.1)
+            leads.append(time.monotonic() - killed)
+            standby.wait_ticks(before, edge, timeout=120, poll=0.05)
+            acts.append(time.monotonic() - killed)
+            ticks.append(acts[-1] - leads[-1])
+            note(f"takeover {kill}: leads after {leads[-1]:.1f} s, ticked after {acts[-1]:.1f} s")
+            leader = standby
+        leader.stop()
+        self.operator = None
+        lease = 15.0
+        self.table.add(
+            "6 leader election (lease 15 s, renew 10 s, retry 2 s)",
+            f"leader killed (SIGKILL) → standby leads, median / max ({kills} kills)",
+            f"{_fmt(statistics.median(leads), 2)} s / {_fmt(max(leads), 2)} s",
+        )
+        self.table.add(
+            "6 leader election (lease 15 s, renew 10 s, retry 2 s)",
+            "leader killed → standby's first tick done (acting), median / max; its tick alone, max",
+            f"{_fmt(statistics.median(acts), 2)} s / {_fmt(max(acts), 2)} s; "
+            f"{_fmt(max(ticks), 2)} s",
+            "≤ lease + one tick",
+            ok=all(act <= lease + tick for act, tick in zip(acts, ticks, strict=True)),
+        )
+
+    def _candidate(self, identity: str, generation: int = 0) -> OperatorRun:
+        run = OperatorRun.start(
+            self.cluster,
+            self.env.registry,
+            self.front,
+            self.config.logs / f"operator-leader-{identity}-{generation}.log",
+            [EDGE_CP, EDGE_AGENTS],
+            pairs=[f"{EDGE_CP}={EDGE_AGENTS}"],
+            window=WINDOW,
+            extra_args=(
+                "--leader-elect",
+                f"--leader-election-namespace={EDGE_CP}",
+                f"--leader-election-identity=bench-{identity}-{generation}",
+            ),
+        )
+        note(f"imagerefresh run --leader-elect started as bench-{identity}-{generation}")
+        return run
+
+    @staticmethod
+    def _leader_gauge(run: OperatorRun) -> float | None:
+        """Its ``imagerefresh_leader`` (None while its metrics are not served yet)."""
+        try:
+            return float(run.operator.metric("imagerefresh_leader"))
+        except httpx.HTTPError:
+            return None
+
+    def _leads(self, run: OperatorRun) -> bool:
+        return self._leader_gauge(run) == 1
+
+    def _stands_by(self, run: OperatorRun) -> bool:
+        return self._leader_gauge(run) == 0
+
     # -- the whole run ------------------------------------------------------------------------
 
     def run(self) -> None:
@@ -779,6 +877,9 @@ class Bench:
         if "soak" not in self.config.skip:
             note(f"memory soak and latency ({self.config.soak_seconds} s)")
             self.soak()
+        if "edge" not in self.config.skip and "takeover" not in self.config.skip:
+            note("leader election: takeovers")
+            self.takeover()
 
     def close(self) -> None:
         if self.operator is not None:

@@ -20,20 +20,9 @@ from imagerefresh.kube import KubeApi, KubeError
 from imagerefresh.kube.api import ReadCache
 
 from support.cluster_env import Cluster
+from support.counting import CountingKubeApi
 
 Json = dict[str, Any]
-
-
-class CountingKubeApi(KubeApi):
-    """A KubeApi that counts its requests by (verb, path)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.requests: Counter[tuple[str, str]] = Counter()
-
-    def _request(self, what: str, method: str, path: str, **kwargs: Any) -> Json:
-        self.requests[(method, path)] += 1
-        return super()._request(what, method, path, **kwargs)
 
 
 @pytest.fixture(scope="module")

@@ -325,7 +325,7 @@ class KubeApi:
         account has no secrets; a secret we may not read raises Forbidden (fail closed).
         With a ``cache`` (one tick's), each ServiceAccount and secret is read once per tick.
         """
-        cache = cache or ReadCache()
+        cache = cache if cache is not None else ReadCache()
         names = _names(pod_spec.get("imagePullSecrets"))
         if not names:
             account = str(
