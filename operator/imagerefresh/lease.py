@@ -30,6 +30,7 @@ __all__ = [
     "Observation",
     "claim",
     "decide",
+    "expires_at",
     "observe",
     "record_from_api",
     "record_to_api",
@@ -86,10 +87,18 @@ def decide(
         return Action.TAKE
     if record.holder == identity:
         return Action.RENEW
-    duration = record.duration_seconds if record.duration_seconds > 0 else default_duration
-    if now < observed_since + duration:
+    if now < expires_at(record, observed_since, default_duration):
         return Action.WAIT
     return Action.TAKE
+
+
+def expires_at(record: LeaseRecord, observed_since: float, default_duration: int) -> float:
+    """When (this candidate's clock) ``record``, unchanged since ``observed_since``, expires.
+
+    A ``leaseDurationSeconds`` that is absent or not positive counts as ``default_duration``.
+    """
+    duration = record.duration_seconds if record.duration_seconds > 0 else default_duration
+    return observed_since + duration
 
 
 def claim(

@@ -7,17 +7,21 @@ Every other write of :class:`KubeApi` asks the write gate first and, refused, se
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from imagerefresh.kube import KubeApi, KubeError, NotLeader
+from imagerefresh.kube import Forbidden, KubeApi, KubeError, NotLeader
 from imagerefresh.planner.actions import ImageChange, ImagePatch, PatchPurpose
 from imagerefresh.planner.evidence import Workload
 from imagerefresh.reference import parse
 
+from support.accounts import service_account_kubeconfig
 from support.cluster_env import Cluster
+from support.helm_env import only, render
 
 pytestmark = pytest.mark.cluster
 
@@ -131,3 +135,56 @@ def test_a_closed_write_gate_refuses_every_write_before_it_is_sent_but_not_reads
     api.patch_images(patch)
     stored = cluster.get("deployment", "web", "-n", namespace)
     assert stored["spec"]["template"]["spec"]["containers"][0]["image"] == "nginx:2"
+
+
+def test_a_lease_watch_returns_the_next_change_or_none_when_nothing_changes(
+    api: KubeApi, namespace: str
+) -> None:
+    created = api.create_lease(namespace, "imagerefresh", spec("a"))
+    version = created["metadata"]["resourceVersion"]
+    assert api.watch_lease(namespace, "imagerefresh", version, 1) is None
+
+    renewed = api.replace_lease(
+        namespace, "imagerefresh", version, spec("a") | {"leaseTransitions": 1}
+    )
+    event = api.watch_lease(namespace, "imagerefresh", version, 10)
+    assert event is not None
+    assert event["type"] == "MODIFIED"
+    assert event["object"]["metadata"]["resourceVersion"] == renewed["metadata"]["resourceVersion"]
+    assert event["object"]["spec"]["leaseTransitions"] == 1
+
+
+def test_the_charts_role_lets_the_operator_watch_its_own_lease_and_no_other(
+    cluster: Cluster, namespace: str, tmp_path: Path
+) -> None:
+    objects = render(namespace=namespace)
+    rbac = [
+        o
+        for o in objects
+        if o["kind"] in ("ServiceAccount", "Role", "RoleBinding")
+        and o["metadata"].get("namespace", namespace) == namespace
+    ]
+    cluster.apply(*rbac, namespace=namespace)
+    account = only(objects, "ServiceAccount")["metadata"]["name"]
+    admin = KubeApi.from_environment(cluster.kubeconfig)
+    created = admin.create_lease(namespace, "imagerefresh", spec("a"))
+    admin.create_lease(namespace, "other", spec("a"))
+    admin.close()
+    kubeconfig = service_account_kubeconfig(cluster, namespace, account, tmp_path / "sa")
+    operator = KubeApi.from_environment(str(kubeconfig))
+    version = created["metadata"]["resourceVersion"]
+    try:
+        # RBAC caches may lag a moment behind a new Role: allowed within a bound.
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                assert operator.watch_lease(namespace, "imagerefresh", version, 1) is None
+                break
+            except Forbidden:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        with pytest.raises(Forbidden):
+            operator.watch_lease(namespace, "other", version, 1)
+    finally:
+        operator.close()

@@ -18,6 +18,7 @@ from imagerefresh.lease import record_from_api
 from imagerefresh.runtime.election import ElectionTimings, Elector, LeaderGate
 
 from support.cluster_env import Cluster
+from support.counting import CountingKubeApi
 from support.registry_env import free_port
 
 pytestmark = pytest.mark.cluster
@@ -82,6 +83,30 @@ async def test_of_two_candidates_one_leads_the_other_waits_and_takes_over_when_i
     assert lease["spec"]["leaseTransitions"] == 1
     for elector in (a, b):
         elector.close()
+
+
+async def test_a_standby_sees_each_renewal_by_watching_the_lease_not_by_polling_it(
+    cluster: Cluster, api: KubeApi, namespace: str
+) -> None:
+    watched = CountingKubeApi(
+        KubeApi.from_environment(cluster.kubeconfig, timeout=(1.0, 1.0)).api_client,
+        timeout=(1.0, 1.0),
+    )
+    leader = Elector(api, namespace, "imagerefresh", "a", FAST)
+    standby = Elector(watched, namespace, "imagerefresh", "b", FAST)
+    await asyncio.wait_for(leader.acquire(), timeout=BOUND)
+    async with running(standby.acquire()) as waiting:
+        async with running(leader.hold()):
+            # Several lease durations of renewals (one every 0.5 s): polled, the standby would
+            # read the Lease every 0.5-1.1 s; watching, it reads it once and sees each renewal.
+            await asyncio.sleep(4 * FAST.lease_duration)
+            assert not waiting.done()
+            assert watched.count("GET", "leases") <= 2
+        await asyncio.wait_for(waiting, timeout=BOUND)  # the leader stopped: it takes over
+    assert holder(api, namespace) == "b"
+    for elector in (leader, standby):
+        elector.close()
+    watched.close()
 
 
 async def test_a_leader_that_sees_another_holder_closes_its_gate_at_once(

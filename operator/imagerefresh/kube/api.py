@@ -472,6 +472,45 @@ class KubeApi:
         except NotFound:
             return None
 
+    def watch_lease(
+        self, namespace: str, name: str, resource_version: str, seconds: int
+    ) -> dict[str, Any] | None:
+        """The Lease's next change after ``resource_version`` (the event: ``type``, ``object``),
+        or None when ``seconds`` pass without one.
+
+        A watch of one object by name (``fieldSelector=metadata.name``), which RBAC allows with
+        ``resourceNames``: a standby sees each renewal as it is written, so it judges the
+        lease's expiry from the moment of the holder's last renewal, not from its own next
+        poll. A watch the API server ends with an error (410: that version is too old) raises.
+        """
+        what = f"watch Lease {namespace}/{name}"
+        query = [
+            ("watch", "true"),
+            ("fieldSelector", f"metadata.name={name}"),
+            ("resourceVersion", resource_version),
+            ("timeoutSeconds", str(max(1, seconds))),
+        ]
+        path = _LEASES.format(namespace=_segment(namespace))
+        timeout = (self._timeout[0], max(1, seconds) + self._timeout[1])
+        try:
+            response = _send(
+                self.api_client, "GET", path, query, {"Accept": "application/json"}, None, timeout
+            )
+            try:
+                event = _first_change(response)
+            finally:
+                response.release_conn()
+        except Exception as error:
+            raise translate(error, what=what) from error
+        if event is not None and event.get("type") == "ERROR":
+            status = (event.get("object") or {}).get("code")
+            raise KubeError(
+                f"{what}: the API server ended the watch: "
+                f"{(event.get('object') or {}).get('message', 'no message')}",
+                status=status if isinstance(status, int) else None,
+            )
+        return event
+
     def create_lease(self, namespace: str, name: str, spec: Mapping[str, Any]) -> dict[str, Any]:
         """Create the Lease; a 409 (someone created it first) raises a KubeError of status 409."""
         return self._request(
@@ -689,6 +728,17 @@ def _workload_path(kind: str, namespace: str, name: str) -> str:
 
 def _policy_path(namespace: str, name: str) -> str:
     return _POLICIES.format(namespace=_segment(namespace)) + f"/{_segment(name)}"
+
+
+def _first_change(response: Any) -> dict[str, Any] | None:
+    """The first event of a watch stream that is not a bookmark, or None if it ends first."""
+    for line in response:
+        if not line.strip():
+            continue
+        event = json.loads(line)
+        if isinstance(event, dict) and event.get("type") != "BOOKMARK":
+            return event
+    return None
 
 
 def _lease_path(namespace: str, name: str) -> str:

@@ -37,6 +37,7 @@ from imagerefresh.lease import (
     Observation,
     claim,
     decide,
+    expires_at,
     observe,
     record_from_api,
     record_to_api,
@@ -129,6 +130,7 @@ class Elector:
         self._clock = clock
         self._observed: Observation | None = None
         self._held: LeaseRecord | None = None  # the record we last wrote, while we hold it
+        self._version = ""  # the Lease's resourceVersion as last read (what a watch starts at)
         # One thread, idle between requests: renewals never queue behind a tick's requests.
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="imagerefresh-lease")
 
@@ -137,16 +139,56 @@ class Elector:
         return f"{self.namespace}/{self.name}"
 
     async def acquire(self) -> None:
-        """Return once this candidate holds the Lease; until then only read it."""
+        """Return once this candidate holds the Lease; until then only read it.
+
+        While another candidate holds it, the Lease is watched rather than polled: each
+        renewal is seen as it is written, and the next attempt to take it is made the moment
+        it expires (by this candidate's clock) — so a killed leader is replaced one lease
+        duration after its last renewal, not up to two retry periods later. A watch that
+        fails falls back to client-go's jittered polling.
+        """
         log.info("waiting to lead", lease=self.lease, identity=self.identity)
         while True:
             try:
-                if await self._try(self._clock() + self.timings.renew_deadline) is _Round.HELD:
+                outcome = await self._try(self._clock() + self.timings.renew_deadline)
+                if outcome is _Round.HELD:
                     log.info("leading", lease=self.lease, identity=self.identity)
                     return
+                if outcome is _Round.OTHER:
+                    await self._await_expiry()
+                    continue
             except KubeError as error:
                 log.warning("leader election: cannot read or take the Lease", error=str(error))
             await asyncio.sleep(self.timings.retry_period * random.uniform(1, 1 + JITTER))
+
+    async def _await_expiry(self) -> None:
+        """Until the observed holder's lease expires, or the Lease changes hands or goes.
+
+        Raises KubeError when the watch fails (the caller then polls, as client-go does).
+        """
+        default = round(self.timings.lease_duration)
+        while self._observed is not None and self._version:
+            record = self._observed.record
+            remaining = expires_at(record, self._observed.since, default) - self._clock()
+            if remaining < 1:  # a watch's timeout is whole seconds: sleep out the rest
+                await asyncio.sleep(max(0.0, remaining))
+                return
+            started = self._clock()
+            event = await self._io(
+                self.api.watch_lease, self.namespace, self.name, self._version, int(remaining)
+            )
+            if event is None:
+                if self._clock() - started < 0.5:  # never a tight loop of empty watches
+                    raise KubeError("the API server ended the Lease watch at once")
+                continue
+            lease = event.get("object") or {}
+            if event.get("type") == "DELETED":
+                return
+            self._version = str((lease.get("metadata") or {}).get("resourceVersion") or "")
+            changed = record_from_api(lease)
+            self._observed = observe(self._observed, changed, self._clock())
+            if changed.holder != record.holder:
+                return  # released, or taken by another: read and decide again
 
     async def hold(self) -> str:
         """Renew every retry period; return why leadership is lost (the gate is closed by then).
@@ -216,6 +258,7 @@ class Elector:
         lease = await self._io(self.api.read_lease, self.namespace, self.name)
         now = self._clock()
         record = record_from_api(lease) if lease is not None else None
+        self._version = str(((lease or {}).get("metadata") or {}).get("resourceVersion") or "")
         if record is not None:
             self._observed = observe(self._observed, record, now)
         since = self._observed.since if self._observed is not None else now
