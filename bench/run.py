@@ -47,13 +47,13 @@ from harness import (
     cpu_seconds,
     note,
     rss_kib,
+    runtime_venv,
     wait_for,
 )
 
 from support.cluster_env import Cluster
 from support.registry_env import ImagePusher
 
-KOPF = Path(sys.executable).with_name("kopf")
 BARE_OPERATOR = Path(__file__).resolve().with_name("bare_operator.py")
 BARE_DAEMONS = Path(__file__).resolve().with_name("bare_daemon_operator.py")
 WINDOW = 10.0  # imagerefresh run's default --resolution-window, which the bench keeps
@@ -199,6 +199,7 @@ class Bench:
         self.front = HubFront(env.registry, limit=None, token_lifetime=LAPSED_TOKEN_LIFETIME)
         self.pusher = ImagePusher(env.registry)
         self.operator: OperatorRun | None = None
+        self.venv = runtime_venv()  # the operator and bare kopf as the image installs them
         self.bare: dict[str, subprocess.Popen[bytes]] = {}
         self.fleet = Fleet(
             config.policies, config.targets, config.references, config.namespaces, config.replicas
@@ -220,6 +221,7 @@ class Bench:
             namespaces,
             pairs=[f"{EDGE_CP}={EDGE_AGENTS}"],
             window=WINDOW,
+            venv=self.venv,
         )
         note(f"imagerefresh run started (pid {self.operator.pid}), log {name}.log")
         return self.operator
@@ -649,7 +651,14 @@ class Bench:
         ):
             log = (config.logs / f"kopf-{name}.log").open("wb")
             self.bare[name] = subprocess.Popen(
-                [str(KOPF), "run", "--standalone", "--namespace", namespaces[0], str(script)],
+                [
+                    str(self.venv / "bin" / "kopf"),
+                    "run",
+                    "--standalone",
+                    "--namespace",
+                    namespaces[0],
+                    str(script),
+                ],
                 stdout=log,
                 stderr=log,
                 env=self.cluster.env | extra,
@@ -837,6 +846,7 @@ class Bench:
             [EDGE_CP, EDGE_AGENTS],
             pairs=[f"{EDGE_CP}={EDGE_AGENTS}"],
             window=WINDOW,
+            venv=self.venv,
             extra_args=(
                 "--leader-elect",
                 f"--leader-election-namespace={EDGE_CP}",

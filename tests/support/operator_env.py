@@ -48,6 +48,7 @@ class Operator:
     liveness_port: int = field(default_factory=free_port)
     _bumps: int = field(default=0)
     _log_offset: int = field(default=0)
+    executable: Path = IMAGEREFRESH  # the bench runs the one of a runtime-only virtualenv
 
     def start(self) -> None:
         # Each process's log starts here: a SIGKILLed predecessor may have left half a line.
@@ -55,7 +56,7 @@ class Operator:
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(
             [
-                str(IMAGEREFRESH),
+                str(self.executable),
                 "--log-level",
                 "INFO",
                 "--log-format",
