@@ -58,6 +58,7 @@ BARE_OPERATOR = Path(__file__).resolve().with_name("bare_operator.py")
 BARE_DAEMONS = Path(__file__).resolve().with_name("bare_daemon_operator.py")
 WINDOW = 10.0  # imagerefresh run's default --resolution-window, which the bench keeps
 HUB_TOKEN_LIFETIME = 300  # Docker Hub's anonymous pull tokens live 300 s
+LEASE_SECONDS = 15.0  # imagerefresh run's default --leader-election-lease-duration
 LAPSED_TOKEN_LIFETIME = 5  # shorter than the spacing of measured ticks: every tick needs one
 
 
@@ -808,6 +809,9 @@ class Bench:
         for kill in range(1, kills + 1):
             standby = self._candidate("b" if kill % 2 else "a", kill)
             wait_for(partial(self._stands_by, standby), "the standby's metrics", 60)
+            # A standby in steady state has watched the leader renew for a while: its clock
+            # for the lease runs from the last renewal, not from its own first sighting.
+            time.sleep(LEASE_SECONDS + random.uniform(0, 2))
             before = standby.ticks()
             os.kill(leader.pid, signal.SIGKILL)
             killed = time.monotonic()
@@ -822,7 +826,7 @@ class Bench:
             leader = standby
         leader.stop()
         self.operator = None
-        lease = 15.0
+        lease = LEASE_SECONDS
         self.table.add(
             "6 leader election (lease 15 s, renew 10 s, retry 2 s)",
             f"leader killed (SIGKILL) → standby leads, median / max ({kills} kills)",
