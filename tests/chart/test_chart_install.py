@@ -389,7 +389,7 @@ def test_operator_as_the_charts_service_account_refreshes_declared_targets_and_n
         lease = cluster.get("lease", "imagerefresh", "-n", home)["spec"]
         assert lease["holderIdentity"].startswith("chart-test_")
         assert operator.metric("imagerefresh_leader") == 1
-        for verb in ("get", "update"):
+        for verb in ("get", "update", "watch"):
             assert can_i(cluster, identity, verb, "leases.coordination.k8s.io/imagerefresh", home)
             assert not can_i(cluster, identity, verb, "leases.coordination.k8s.io/other", home)
         assert can_i(cluster, identity, "create", "leases.coordination.k8s.io", home)

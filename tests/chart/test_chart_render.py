@@ -562,8 +562,9 @@ def test_leader_election_grants_only_its_lease_by_name_and_create_in_the_release
     rules = leader_election_rules(objects)
     assert names_granted(rules, "coordination.k8s.io.leases", "get") == {"imagerefresh"}
     assert names_granted(rules, "coordination.k8s.io.leases", "update") == {"imagerefresh"}
+    assert names_granted(rules, "coordination.k8s.io.leases", "watch") == {"imagerefresh"}
     assert grants(rules, "coordination.k8s.io.leases", "create")
-    for verb in ("list", "watch", "patch", "delete"):
+    for verb in ("list", "patch", "delete"):
         assert not grants(rules, "coordination.k8s.io.leases", verb)
     every_rule = [r for role in of_kind(objects, "Role", None) for r in role["rules"]]
     every_rule += [r for role in of_kind(objects, "ClusterRole") for r in role["rules"]]
