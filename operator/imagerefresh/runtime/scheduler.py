@@ -151,7 +151,8 @@ class Scheduler:
             for policy in self._policies.values()
             if policy.running is None
         ]
-        if any(policy.in_flight.workloads for policy in self._policies.values()):
+        polling = self._polling is not None and not self._polling.done()
+        if not polling and any(policy.in_flight.workloads for policy in self._policies.values()):
             waits.append(self._next_poll - now)
         return max(0.05, min(waits, default=3600.0))
 
@@ -216,7 +217,11 @@ class Scheduler:
             async with gate:
                 return await self._version(key)
 
-        versions = dict(zip(keys, await asyncio.gather(*map(version, keys)), strict=True))
+        try:
+            found = await asyncio.gather(*map(version, keys))
+        finally:
+            self._changed.set()  # the loop may start the next poll (or the follow-ups below)
+        versions = dict(zip(keys, found, strict=True))
         for policy in following:
             changed = [
                 str(key)
@@ -226,7 +231,6 @@ class Scheduler:
             if changed:
                 log.debug("rollout moved", policy=policy.label, workloads=changed)
                 policy.follow_due = self.clock()
-                self._changed.set()
 
     async def _version(self, key: TargetKey) -> str | None:
         """The workload's resourceVersion now (None when it could not be read)."""
