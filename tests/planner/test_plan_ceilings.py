@@ -318,3 +318,22 @@ def test_a_success_clears_failed_attempts_but_never_contested_ones() -> None:
             contested,
             contested,
         )
+
+
+def test_a_refresh_in_flight_when_the_ceiling_is_lowered_to_its_attempts_cannot_lift_the_lock() -> (
+    None
+):
+    tick = refreshing(maxRefreshAttempts=3)
+    (status,) = tick.status.targets
+    tick.status = tick.status.model_copy(
+        update={"targets": (status.model_copy(update={"refresh_attempts": 1}),)}
+    )
+    tick.spec = spec(target("jobs-manager", api=JM), maxRefreshAttempts=1)  # lowered mid-flight
+    tick.run({JOBS: evidence(settled(f"{JM_REPO}@{D2}"), digests={"api": D2})})
+    status = tick.target("jobs-manager")
+    assert status.pending is None  # the refresh landed and settled: it is judged
+    assert status.locked_at is not None
+    assert status.phase is Phase.LOCKED
+    plan = tick.run({JOBS: evidence(settled(f"{JM_REPO}@{D2}"), digests={"api": digest(3)})})
+    assert plan.patches == ()  # a newer digest waits for a reset
+    assert tick.target("jobs-manager").phase is Phase.LOCKED

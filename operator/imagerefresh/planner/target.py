@@ -117,6 +117,10 @@ class _Decision:
         )
         if ctx.reset:
             base = replace_status(base, refresh_attempts=0, contested=0, locked_at=None)
+        elif base.refresh_attempts >= ctx.spec.max_refresh_attempts and base.locked_at is None:
+            # At the ceiling (a lowered maxRefreshAttempts, a status written by someone else)
+            # the lock holds from now on: a refresh in flight that settles cannot lift it.
+            base = replace_status(base, locked_at=ctx.now)
         self.status = base
         self.outcome = TargetOutcome(status=base)
         self.tracked = {c.name: c.tracked.repository for c in target.containers}
