@@ -1,0 +1,133 @@
+"""Refresh windows: is a refresh allowed to start now, and if not, when next.
+
+A policy's ``windows`` are weekly, each in its own IANA time zone. A window opens on each of
+its ``days`` at ``start`` local time and closes at ``end`` local time — the next day when
+``end`` is at or before ``start`` (``start == end``: a full day) — so its ``days`` are the days
+it *starts* on. It is half-open: open at its start, closed at its end.
+
+Wall times are read as a site engineer means them across DST changes, the same way for start
+and end:
+
+- a time the clocks skip (spring forward: 02:30 in Europe/Berlin on the last Sunday of March)
+  means the first instant after the gap (03:00 CEST), so a window starting in the gap opens
+  when the gap ends, and one ending in it closes then;
+- a time the clocks repeat (fall back: 02:30 in Europe/Berlin on the last Sunday of October)
+  means its first occurrence (02:30 CEST), for a start and an end alike: a window 02:00–02:45
+  on that night lasts 45 minutes, not an hour and 45.
+
+So a window may be an hour shorter or longer on a DST night, and one lying entirely inside a
+gap (02:15–02:45 on a spring-forward night) does not open that night at all.
+
+Pure: :func:`window_state` is a function of the windows and an aware ``now``; the answer's
+``next_start`` is an absolute UTC instant, which the planner writes into the status and the
+scheduler wakes up for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time, timedelta
+from zoneinfo import ZoneInfo
+
+from imagerefresh.models import WindowSpec
+
+__all__ = ["OPEN", "WindowState", "local_instant", "window_state", "window_times"]
+
+_DAY = timedelta(days=1)
+# A window starting on local day d spans at most 25 hours, so only windows starting on the
+# day before can reach into today; two weeks ahead always holds a window that opens (one can
+# vanish into a DST gap, but not on two consecutive weeks).
+_FIRST_DAY, _LAST_DAY = -1, 14
+
+
+@dataclass(frozen=True, slots=True)
+class WindowState:
+    """Whether a refresh may start now; if not, when the next window opens (UTC)."""
+
+    open: bool
+    next_start: datetime | None = None  # None when open
+
+
+OPEN = WindowState(open=True)
+
+
+def _utc(local: datetime) -> datetime:
+    return local.astimezone(UTC)
+
+
+def _exists(local: datetime) -> bool:
+    """Whether an aware local wall time is shown by the zone's clocks (not in a DST gap)."""
+    return _utc(local).astimezone(local.tzinfo).replace(tzinfo=None) == local.replace(tzinfo=None)
+
+
+def _offset(second: int, zone: ZoneInfo) -> timedelta | None:
+    return datetime.fromtimestamp(second, zone).utcoffset()
+
+
+def _gap_end(before: datetime, after: datetime, zone: ZoneInfo) -> datetime:
+    """The second in ``(before, after]`` at which ``zone``'s offset changes: the first valid
+    instant after a gap (a bisection: zoneinfo does not expose its transitions)."""
+    low, high = int(before.timestamp()), int(after.timestamp())
+    offset = _offset(low, zone)  # invariant: low has the old offset, high the new one
+    while high - low > 1:
+        middle = (low + high) // 2
+        if _offset(middle, zone) == offset:
+            low = middle
+        else:
+            high = middle
+    return datetime.fromtimestamp(high, UTC)
+
+
+def local_instant(day: date, minute: int, zone: ZoneInfo) -> datetime:
+    """The UTC instant of wall time ``minute`` (after midnight) on ``day`` in ``zone``.
+
+    A repeated wall time is its first occurrence; a skipped one is the first instant after
+    the gap (see the module docs).
+    """
+    wall = datetime.combine(day, time(minute // 60, minute % 60), tzinfo=zone)
+    earlier, later = wall.replace(fold=0), wall.replace(fold=1)
+    if _exists(earlier):
+        # Ambiguous times have two occurrences; fold=0 is the first. Others have one.
+        return _utc(earlier)
+    # In a gap zoneinfo reads fold=1 with the offset after the change (the earlier instant)
+    # and fold=0 with the offset before it: the change itself lies between the two.
+    return _gap_end(_utc(later), _utc(earlier), zone)
+
+
+def window_times(window: WindowSpec, day: date) -> tuple[datetime, datetime]:
+    """When ``window`` opens and closes (UTC) if it starts on local ``day``.
+
+    Never closes before it opens: a window lying inside a DST gap opens and closes at once.
+    """
+    zone = window.zone
+    opens = local_instant(day, window.start_minute, zone)
+    end_day = day + _DAY if window.end_minute <= window.start_minute else day
+    closes = local_instant(end_day, window.end_minute, zone)
+    return opens, max(opens, closes)
+
+
+def _openings(window: WindowSpec, now: datetime) -> Iterator[tuple[datetime, datetime]]:
+    today = now.astimezone(window.zone).date()
+    days = {day.index for day in window.days}
+    for offset in range(_FIRST_DAY, _LAST_DAY + 1):
+        day = today + offset * _DAY
+        if day.weekday() in days:
+            yield window_times(window, day)
+
+
+def window_state(windows: Sequence[WindowSpec] | None, now: datetime) -> WindowState:
+    """Whether ``now`` (aware) is inside any of ``windows``; if not, the next start (UTC).
+
+    No windows (None or empty) means a refresh may start at any time.
+    """
+    if not windows:
+        return OPEN
+    starts: list[datetime] = []
+    for window in windows:
+        for opens, closes in _openings(window, now):
+            if opens <= now < closes:
+                return OPEN
+            if opens > now and closes > opens:
+                starts.append(opens)
+    return WindowState(open=False, next_start=min(starts))
