@@ -12,11 +12,11 @@ and end:
   means the first instant after the gap (03:00 CEST), so a window starting in the gap opens
   when the gap ends, and one ending in it closes then;
 - a time the clocks repeat (fall back: 02:30 in Europe/Berlin on the last Sunday of October)
-  means its first occurrence (02:30 CEST), for a start and an end alike: a window 02:00–02:45
+  means its first occurrence (02:30 CEST), for a start and an end alike: a window 02:00-02:45
   on that night lasts 45 minutes, not an hour and 45.
 
 So a window may be an hour shorter or longer on a DST night, and one lying entirely inside a
-gap (02:15–02:45 on a spring-forward night) does not open that night at all.
+gap (02:15-02:45 on a spring-forward night) does not open that night at all.
 
 Pure: :func:`window_state` is a function of the windows and an aware ``now``; the answer's
 ``next_start`` is an absolute UTC instant, which the planner writes into the status and the
