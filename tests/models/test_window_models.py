@@ -30,7 +30,7 @@ def test_a_window_reads_its_days_clock_times_and_zone() -> None:
 
 def test_weekdays_number_as_date_weekday_does() -> None:
     monday = date(2026, 11, 30)
-    assert [d.index for d in Weekday] == [(monday + timedelta(n)).weekday() for n in range(7)]
+    assert [d.weekday for d in Weekday] == [(monday + timedelta(n)).weekday() for n in range(7)]
     assert [str(d) for d in Weekday] == ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"]
 
 

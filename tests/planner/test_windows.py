@@ -33,7 +33,7 @@ def z(*fields: int) -> datetime:
 
 
 def closed(next_start: datetime) -> WindowState:
-    return WindowState(open=False, next_start=next_start)
+    return WindowState(next_start=next_start)
 
 
 # (windows, now, expected). 2026-12-01 is a Tuesday; Berlin is UTC+1 in winter, +2 in summer.
@@ -330,13 +330,15 @@ def test_the_answer_does_not_depend_on_the_zone_now_is_given_in(case: str) -> No
 def test_the_next_start_is_an_absolute_utc_instant() -> None:
     state = window_state((WEEKEND,), z(2026, 12, 1, 7).astimezone(BERLIN))
     assert state.next_start is not None
+    assert not state.open
     assert state.next_start.utcoffset() == timedelta(0)
     assert state.next_start.isoformat() == "2026-12-05T01:00:00+00:00"
 
 
 @pytest.mark.parametrize("windows", [None, ()])
 def test_no_windows_means_always_open(windows: tuple[WindowSpec, ...] | None) -> None:
-    assert window_state(windows, z(2026, 12, 1, 7)) == WindowState(open=True, next_start=None)
+    state = window_state(windows, z(2026, 12, 1, 7))
+    assert (state, state.open, state.next_start) == (OPEN, True, None)
 
 
 LOCAL = {

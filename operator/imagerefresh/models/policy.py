@@ -109,7 +109,7 @@ class Weekday(StrEnum):
     SUN = "Sun"
 
     @property
-    def index(self) -> int:
+    def weekday(self) -> int:
         """Monday is 0, as ``date.weekday()``."""
         return list(Weekday).index(self)
 

@@ -43,13 +43,17 @@ _FIRST_DAY, _LAST_DAY = -1, 14
 
 @dataclass(frozen=True, slots=True)
 class WindowState:
-    """Whether a refresh may start now; if not, when the next window opens (UTC)."""
+    """Whether a refresh may start now: ``next_start`` None; else when the next window opens
+    (UTC)."""
 
-    open: bool
-    next_start: datetime | None = None  # None when open
+    next_start: datetime | None = None
+
+    @property
+    def open(self) -> bool:
+        return self.next_start is None
 
 
-OPEN = WindowState(open=True)
+OPEN = WindowState()
 
 
 def _utc(local: datetime) -> datetime:
@@ -109,7 +113,7 @@ def window_times(window: WindowSpec, day: date) -> tuple[datetime, datetime]:
 
 def _openings(window: WindowSpec, now: datetime) -> Iterator[tuple[datetime, datetime]]:
     today = now.astimezone(window.zone).date()
-    days = {day.index for day in window.days}
+    days = {day.weekday for day in window.days}
     for offset in range(_FIRST_DAY, _LAST_DAY + 1):
         day = today + offset * _DAY
         if day.weekday() in days:
@@ -130,4 +134,4 @@ def window_state(windows: Sequence[WindowSpec] | None, now: datetime) -> WindowS
                 return OPEN
             if opens > now and closes > opens:
                 starts.append(opens)
-    return WindowState(open=False, next_start=min(starts))
+    return WindowState(next_start=min(starts))

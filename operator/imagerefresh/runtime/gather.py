@@ -40,11 +40,20 @@ from imagerefresh.reference import InvalidReference, parse, registry_host
 from imagerefresh.resolver import ChildrenOutcome, ResolutionKey, SharedResolver
 from imagerefresh.runtime.config import OperatorConfig
 
-__all__ = ["RESET_ANNOTATION", "Gathered", "PolicyUnreadable", "gather", "policy_view"]
+__all__ = [
+    "RESET_ANNOTATION",
+    "WINDOW_OVERRIDE_ANNOTATION",
+    "Gathered",
+    "PolicyUnreadable",
+    "gather",
+    "policy_view",
+]
 
 log = structlog.get_logger(__name__)
 
 RESET_ANNOTATION = "images.tracebloc.io/reset"
+# Any new value lets refreshes start outside spec.windows in one tick (status.lastWindowOverride).
+WINDOW_OVERRIDE_ANNOTATION = "images.tracebloc.io/refresh-outside-window"
 
 
 @dataclass
@@ -96,7 +105,8 @@ def policy_view(policy: Mapping[str, Any]) -> PolicyView:
     """
     metadata = policy["metadata"]
     name = f"{metadata['namespace']}/{metadata['name']}"
-    reset = (metadata.get("annotations") or {}).get(RESET_ANNOTATION)
+    annotations = metadata.get("annotations") or {}
+    reset = annotations.get(RESET_ANNOTATION)
     try:
         spec = PolicySpec.model_validate(policy.get("spec") or {})
     except ValidationError as error:
@@ -124,6 +134,7 @@ def policy_view(policy: Mapping[str, Any]) -> PolicyView:
         spec=spec,
         status=status,
         reset_request=reset,
+        window_override=annotations.get(WINDOW_OVERRIDE_ANNOTATION),
     )
 
 
