@@ -330,8 +330,8 @@ def test_an_override_without_windows_is_remembered_and_changes_nothing_else() ->
 def test_a_revision_keeps_the_override_it_honoured() -> None:
     tick = windowed(SATURDAY_NIGHT)
     tick.window_override = "now-please"
+    view = tick.input({}).policy  # what the tick read: no override honoured yet
     plan = drifted(tick)
-    view = tick.input({}).policy
     (refused,) = plan.status.targets
     revised = revise_target(view, plan.status, refused.model_copy(update={"pending": None}), T0)
     assert revised.last_window_override == "now-please"

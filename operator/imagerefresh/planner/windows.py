@@ -102,13 +102,14 @@ def local_instant(day: date, minute: int, zone: ZoneInfo) -> datetime:
 def window_times(window: WindowSpec, day: date) -> tuple[datetime, datetime]:
     """When ``window`` opens and closes (UTC) if it starts on local ``day``.
 
-    Never closes before it opens: a window lying inside a DST gap opens and closes at once.
+    Reading wall times as :func:`local_instant` does keeps their order, so it never closes
+    before it opens; a window lying inside a DST gap opens and closes at the same instant.
     """
     zone = window.zone
     opens = local_instant(day, window.start_minute, zone)
     end_day = day + _DAY if window.end_minute <= window.start_minute else day
     closes = local_instant(end_day, window.end_minute, zone)
-    return opens, max(opens, closes)
+    return opens, closes
 
 
 def _openings(window: WindowSpec, now: datetime) -> Iterator[tuple[datetime, datetime]]:
