@@ -1,8 +1,10 @@
 """The ``imagerefresh`` command line.
 
 ``run`` starts the operator; ``plan`` shows what its next tick would do, changing nothing;
-``reset`` clears a lock; ``resolve`` asks a registry for a tag's digest exactly as the operator
-does, so an SRE can see what a tick would pin and what the registry says about the pull budget.
+``reset`` clears a lock; ``refresh-now`` asks for a tick at once (``--outside-window``: one that
+may refresh outside ``spec.windows``); ``resolve`` asks a registry for a tag's digest exactly as
+the operator does, so an SRE can see what a tick would pin and what the registry says about the
+pull budget.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from imagerefresh.credentials import (
     credentials_for,
     parse_docker_config,
 )
-from imagerefresh.handlers import Runtime, build_registry
+from imagerefresh.handlers import REFRESH_NOW_ANNOTATION, Runtime, build_registry
 from imagerefresh.health import serve_health
 from imagerefresh.kube.api import KubeApi
 from imagerefresh.kube.errors import KubeError
@@ -42,7 +44,12 @@ from imagerefresh.resolver import SharedResolver
 from imagerefresh.runtime.config import OperatorConfig, parse_namespace_pairs
 from imagerefresh.runtime.election import ElectionTimings, Elector, default_identity
 from imagerefresh.runtime.events import EventRecorder
-from imagerefresh.runtime.gather import RESET_ANNOTATION, Gathered, PolicyUnreadable
+from imagerefresh.runtime.gather import (
+    RESET_ANNOTATION,
+    WINDOW_OVERRIDE_ANNOTATION,
+    Gathered,
+    PolicyUnreadable,
+)
 from imagerefresh.runtime.render import render_plan
 from imagerefresh.runtime.ticker import PolicyTicker
 
@@ -542,4 +549,28 @@ def reset(policy: str, kubeconfig: str | None) -> None:
     click.echo(
         f"reset requested for {namespace}/{name} ({RESET_ANNOTATION}={value}); "
         "the operator honours it on its next tick, which it starts at once"
+    )
+
+
+@main.command("refresh-now")
+@click.argument("policy", metavar="NAMESPACE/NAME")
+@click.option(
+    "--outside-window",
+    is_flag=True,
+    help="Let this one tick start refreshes outside spec.windows (honoured once).",
+)
+@kubeconfig_option
+def refresh_now(policy: str, outside_window: bool, kubeconfig: str | None) -> None:
+    """Ask the operator for a tick at once (sets an annotation it watches)."""
+    namespace, name = _target(policy)
+    key = WINDOW_OVERRIDE_ANNOTATION if outside_window else REFRESH_NOW_ANNOTATION
+    # Microseconds: two requests within one second are two new values, each honoured.
+    value = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    try:
+        KubeApi.from_environment(kubeconfig).annotate_policy(namespace, name, key, value)
+    except KubeError as error:
+        raise click.ClickException(str(error)) from error
+    what = "a tick that may refresh outside its windows" if outside_window else "a tick"
+    click.echo(
+        f"{what} requested for {namespace}/{name} ({key}={value}); the operator starts it at once"
     )

@@ -7,7 +7,10 @@ never depends on the time of day the suite runs: a closed window opens twelve ho
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -56,6 +59,16 @@ def app_on_old_digest(cluster: Cluster, pusher: ImagePusher, ns: str, reg: str) 
     return pinned, f"{reg}/{ns}/app:prod"
 
 
+def imagerefresh(*args: str, cluster: Cluster) -> str:
+    """Run the installed CLI against the test cluster; its standard output."""
+    script = Path(sys.executable).with_name("imagerefresh")
+    result = subprocess.run(
+        [str(script), *args], capture_output=True, text=True, env=cluster.env, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
 def test_outside_its_window_a_policy_waits_naming_the_start_and_the_override_refreshes_once(
     operator: Operator, cluster: Cluster, pusher: ImagePusher, policy_namespace: str
 ) -> None:
@@ -79,13 +92,15 @@ def test_outside_its_window_a_policy_waits_naming_the_start_and_the_override_ref
     assert images(cluster, ns, "app") == {"app": pinned_v1}
 
     # The override refreshes once, at once (no interval tick is due for an hour).
-    cluster.kubectl("annotate", "-n", ns, "irp", "control-plane", f"{OVERRIDE}=first")
+    asked = imagerefresh("refresh-now", f"{ns}/control-plane", "--outside-window", cluster=cluster)
+    assert "a tick that may refresh outside its windows requested" in asked
     eventually(
         lambda: images(cluster, ns, "app") == {"app": f"{reg}/{ns}/app@{v2.digest}"},
         timeout=30,
         what="the override to refresh app",
     )
-    assert status(cluster, ns)["lastWindowOverride"] == "first"
+    annotations = cluster.get("irp", "control-plane", "-n", ns)["metadata"]["annotations"]
+    assert status(cluster, ns)["lastWindowOverride"] == annotations[OVERRIDE]
     settle(operator, cluster, ns, "app")
     honoured = eventually(
         lambda: event_messages(cluster, ns, "control-plane", "RefreshOutsideWindow") or None,
