@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -136,3 +137,37 @@ def test_inside_its_window_a_policy_refreshes(
     assert settle(operator, cluster, ns, "app")["lastGood"] == {
         "app": f"{reg}/{ns}/app@{v2.digest}"
     }
+
+
+def test_a_waiting_policy_refreshes_when_its_window_opens_without_waiting_for_its_interval(
+    operator: Operator, cluster: Cluster, pusher: ImagePusher, policy_namespace: str
+) -> None:
+    ns, reg = policy_namespace, operator.registry
+    pinned_v1, tag = app_on_old_digest(cluster, pusher, ns, reg)
+    v2 = pusher.push(f"{ns}/app", "prod", seed=f"{ns}-v2")
+    # The next whole minute at least 45 s away: the first tick finds the window closed.
+    soon = datetime.now(UTC) + timedelta(seconds=45 + 59)
+    opens = soon.replace(second=0, microsecond=0)
+    local = opens.astimezone(ZoneInfo("Asia/Kolkata"))
+    window = {
+        "days": ALL_DAYS,
+        "start": f"{local:%H:%M}",
+        "end": f"{local + timedelta(minutes=10):%H:%M}",
+        "timeZone": "Asia/Kolkata",
+    }
+    spec = {"interval": "1h", "windows": [window]}
+    cluster.apply(policy("control-plane", target("app", app=tag), **spec), namespace=ns)
+    operator.wait_first_tick(ns, "control-plane")
+    waiting = target_status(cluster, ns, "app")
+    assert f"at {opens:%Y-%m-%dT%H:%M:%SZ}" in waiting["message"]
+    assert images(cluster, ns, "app") == {"app": pinned_v1}
+    while datetime.now(UTC) < opens - timedelta(seconds=3):  # nothing starts before it opens
+        assert images(cluster, ns, "app") == {"app": pinned_v1}
+        time.sleep(1)
+    # No refresh-now, and the next interval tick is up to an hour away: only the window's
+    # opening can start this refresh.
+    eventually(
+        lambda: images(cluster, ns, "app") == {"app": f"{reg}/{ns}/app@{v2.digest}"},
+        timeout=(opens - datetime.now(UTC)).total_seconds() + 30,
+        what="the refresh to start when the window opens",
+    )
