@@ -36,8 +36,9 @@ def short(value: str) -> str:
 def waiting_message(opens: str = "2026-12-05T01:00:00Z", old: str = D1, new: str = D2) -> str:
     return (
         f"drift: api {short(old)} → {short(new)}; outside the refresh windows (spec.windows): "
-        f"the refresh starts when the next window opens, at {opens}; to refresh once now, set "
-        f"the annotation {ANNOTATION} to a new value"
+        f"the refresh starts when the next window opens, at {opens}; to refresh once now: "
+        "imagerefresh refresh-now tracebloc/control-plane --outside-window (a new value of the "
+        f"annotation {ANNOTATION})"
     )
 
 

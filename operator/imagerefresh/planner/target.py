@@ -57,7 +57,7 @@ from imagerefresh.planner.evidence import (
     Workload,
 )
 from imagerefresh.planner.guard import unsafe_changes
-from imagerefresh.planner.windows import OPEN, WindowState
+from imagerefresh.planner.windows import OPEN, WINDOW_OVERRIDE_ANNOTATION, WindowState
 from imagerefresh.ratelimit import BudgetSnapshot
 from imagerefresh.reference import InvalidReference, parse, registry_host
 from imagerefresh.rollout import RolloutProgress, RolloutState
@@ -89,8 +89,6 @@ class TargetOutcome:
     window_opens: datetime | None = None  # the refresh waits for the window opening then
 
 
-# Named in the message of a target waiting for its window: how to refresh once anyway.
-WINDOW_OVERRIDE_ANNOTATION = "images.tracebloc.io/refresh-outside-window"
 _CLOCK_SKEW = timedelta(minutes=5)  # what a status written by another replica may be ahead
 
 
@@ -599,8 +597,9 @@ class _Decision:
         assert opens is not None  # a closed window always says when the next one opens
         message = (
             f"drift: {plan}; outside the refresh windows (spec.windows): the refresh starts "
-            f"when the next window opens, at {format_timestamp(opens)}; to refresh once now, "
-            f"set the annotation {WINDOW_OVERRIDE_ANNOTATION} to a new value{note}"
+            f"when the next window opens, at {format_timestamp(opens)}; to refresh once now: "
+            f"imagerefresh refresh-now {self.ctx.policy} --outside-window (a new value of the "
+            f"annotation {WINDOW_OVERRIDE_ANNOTATION}){note}"
         )
         if self.previous_phase is not Phase.WAITING or self.status.message != message:
             self._event("Normal", reasons.WAITING_FOR_WINDOW, message)

@@ -32,7 +32,18 @@ from zoneinfo import ZoneInfo
 
 from imagerefresh.models import WindowSpec
 
-__all__ = ["OPEN", "WindowState", "local_instant", "window_state", "window_times"]
+__all__ = [
+    "OPEN",
+    "WINDOW_OVERRIDE_ANNOTATION",
+    "WindowState",
+    "local_instant",
+    "window_state",
+    "window_times",
+]
+
+# Any new value lets refreshes start outside the windows in one tick, once per value
+# (status.lastWindowOverride); the shell reads it, the planner's messages name it.
+WINDOW_OVERRIDE_ANNOTATION = "images.tracebloc.io/refresh-outside-window"
 
 _DAY = timedelta(days=1)
 # A window starting on local day d spans at most 25 hours, so only windows starting on the

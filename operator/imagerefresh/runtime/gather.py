@@ -35,6 +35,7 @@ from imagerefresh.planner import (
     Workload,
     in_flight,
 )
+from imagerefresh.planner.windows import WINDOW_OVERRIDE_ANNOTATION
 from imagerefresh.ratelimit import BudgetSnapshot, RateLimitLedger
 from imagerefresh.reference import InvalidReference, parse, registry_host
 from imagerefresh.resolver import ChildrenOutcome, ResolutionKey, SharedResolver
@@ -52,8 +53,6 @@ __all__ = [
 log = structlog.get_logger(__name__)
 
 RESET_ANNOTATION = "images.tracebloc.io/reset"
-# Any new value lets refreshes start outside spec.windows in one tick (status.lastWindowOverride).
-WINDOW_OVERRIDE_ANNOTATION = "images.tracebloc.io/refresh-outside-window"
 
 
 @dataclass
