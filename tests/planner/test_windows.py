@@ -142,6 +142,17 @@ CASES: dict[str, tuple[list[WindowSpec], datetime, WindowState]] = {
         z(2026, 12, 7, 4, 59),
         OPEN,
     ),
+    # --- the days are the window zone's, whatever the date is in UTC ---
+    "New York Monday evening is Tuesday in UTC: Sunday's day-long window is open": (
+        [w("Sun", "23:00", "23:00", "America/New_York")],
+        z(2026, 12, 1, 3, 30),
+        OPEN,
+    ),
+    "Auckland Tuesday morning is Monday in UTC: Tuesday's window is open": (
+        [w("Tue", "00:30", "01:00", "Pacific/Auckland")],
+        z(2026, 11, 30, 11, 45),
+        OPEN,
+    ),
     # --- a full day: end equal to start ---
     "a full day: open at its midnight": ([w("Mon", "00:00", "00:00")], z(2026, 11, 29, 23), OPEN),
     "a full day: open at its last second": (

@@ -46,10 +46,11 @@ __all__ = [
 WINDOW_OVERRIDE_ANNOTATION = "images.tracebloc.io/refresh-outside-window"
 
 _DAY = timedelta(days=1)
-# A window starting on local day d spans at most 25 hours, so only windows starting on the
-# day before can reach into today; two weeks ahead always holds a window that opens (one can
-# vanish into a DST gap, but not on two consecutive weeks).
-_FIRST_DAY, _LAST_DAY = -1, 14
+# The local days (relative to today) whose windows are looked at. A window starting on day d
+# spans at most 25 hours, so only windows starting the day before can reach into today; and two
+# weeks ahead always holds a window that opens (one can vanish into a DST gap, but not on two
+# consecutive weeks).
+_DAYS = range(-1, 15)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,11 +72,6 @@ def _utc(local: datetime) -> datetime:
     return local.astimezone(UTC)
 
 
-def _exists(local: datetime) -> bool:
-    """Whether an aware local wall time is shown by the zone's clocks (not in a DST gap)."""
-    return _utc(local).astimezone(local.tzinfo).replace(tzinfo=None) == local.replace(tzinfo=None)
-
-
 def _offset(second: int, zone: ZoneInfo) -> timedelta | None:
     return datetime.fromtimestamp(second, zone).utcoffset()
 
@@ -85,7 +81,8 @@ def _gap_end(before: datetime, after: datetime, zone: ZoneInfo) -> datetime:
     instant after a gap (a bisection: zoneinfo does not expose its transitions)."""
     low, high = int(before.timestamp()), int(after.timestamp())
     offset = _offset(low, zone)  # invariant: low has the old offset, high the new one
-    while high - low > 1:
+    # Each step halves (high - low), rounding up: this many steps bring it down to one second.
+    for _ in range((high - low).bit_length()):
         middle = (low + high) // 2
         if _offset(middle, zone) == offset:
             low = middle
@@ -101,13 +98,13 @@ def local_instant(day: date, minute: int, zone: ZoneInfo) -> datetime:
     the gap (see the module docs).
     """
     wall = datetime.combine(day, time(minute // 60, minute % 60), tzinfo=zone)
-    earlier, later = wall.replace(fold=0), wall.replace(fold=1)
-    if _exists(earlier):
-        # Ambiguous times have two occurrences; fold=0 is the first. Others have one.
-        return _utc(earlier)
-    # In a gap zoneinfo reads fold=1 with the offset after the change (the earlier instant)
-    # and fold=0 with the offset before it: the change itself lies between the two.
-    return _gap_end(_utc(later), _utc(earlier), zone)
+    # zoneinfo reads fold=0 with the offset before a change and fold=1 with the one after. For
+    # an ordinary wall time both are one instant; for a repeated one fold=0 is the first of
+    # two; for a skipped one fold=1 is the earlier instant, and the change lies between them.
+    first, second = _utc(wall.replace(fold=0)), _utc(wall.replace(fold=1))
+    if first <= second:
+        return first
+    return _gap_end(second, first, zone)
 
 
 def window_times(window: WindowSpec, day: date) -> tuple[datetime, datetime]:
@@ -126,7 +123,7 @@ def window_times(window: WindowSpec, day: date) -> tuple[datetime, datetime]:
 def _openings(window: WindowSpec, now: datetime) -> Iterator[tuple[datetime, datetime]]:
     today = now.astimezone(window.zone).date()
     days = {day.weekday for day in window.days}
-    for offset in range(_FIRST_DAY, _LAST_DAY + 1):
+    for offset in _DAYS:
         day = today + offset * _DAY
         if day.weekday() in days:
             yield window_times(window, day)
