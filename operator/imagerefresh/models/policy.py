@@ -176,6 +176,9 @@ class PolicySpec(ApiModel):
     """``spec`` of an ImageRefreshPolicy."""
 
     interval: Duration = timedelta(minutes=15)
+    # None: refreshes start at any tick. Otherwise only inside one of these (verdicts,
+    # rollbacks and adoptions never wait).
+    windows: Annotated[tuple[WindowSpec, ...], Field(min_length=1, max_length=32)] | None = None
     max_skip_ticks: Annotated[int, Field(ge=1)] = 8
     max_refresh_attempts: Annotated[int, Field(ge=1)] = 3
     rollout_timeout: Duration = timedelta(minutes=10)
@@ -183,9 +186,6 @@ class PolicySpec(ApiModel):
     suspend: bool = False
     dry_run: bool = False
     pull_budget: PullBudgetSpec = PullBudgetSpec()
-    # None: refreshes start at any tick. Otherwise only inside one of these (verdicts,
-    # rollbacks and adoptions never wait).
-    windows: Annotated[tuple[WindowSpec, ...], Field(min_length=1, max_length=32)] | None = None
     targets: Annotated[tuple[TargetSpec, ...], Field(min_length=1)]
 
     @model_validator(mode="after")

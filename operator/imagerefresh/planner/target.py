@@ -74,9 +74,9 @@ class TargetContext:
     now: datetime
     budgets: Mapping[tuple[str, str], BudgetSnapshot]
     reset: bool
+    window: WindowState = OPEN  # whether a refresh may start now (spec.windows, or an override)
     spent: Counter[tuple[str, str]] = field(default_factory=Counter)
     follow_up: bool = False  # a tick that follows rollouts: it judges, it starts no refresh
-    window: WindowState = OPEN  # whether a refresh may start now (spec.windows, or an override)
 
 
 @dataclass(slots=True)
@@ -84,9 +84,9 @@ class TargetOutcome:
     status: TargetStatus
     patch: ImagePatch | None = None
     events: list[Event] = field(default_factory=list)
+    window_opens: datetime | None = None  # the refresh waits for the window opening then
     degraded: bool = False
     rate_limited: bool = False
-    window_opens: datetime | None = None  # the refresh waits for the window opening then
 
 
 _CLOCK_SKEW = timedelta(minutes=5)  # what a status written by another replica may be ahead
