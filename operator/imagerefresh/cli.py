@@ -1,10 +1,8 @@
 """The ``imagerefresh`` command line.
 
 ``run`` starts the operator; ``plan`` shows what its next tick would do, changing nothing;
-``reset`` clears a lock; ``refresh-now`` asks for a tick at once (``--outside-window``: one that
-may refresh outside ``spec.windows``); ``resolve`` asks a registry for a tag's digest exactly as
-the operator does, so an SRE can see what a tick would pin and what the registry says about the
-pull budget.
+``reset`` clears a lock; ``resolve`` asks a registry for a tag's digest exactly as the operator
+does, so an SRE can see what a tick would pin and what the registry says about the pull budget.
 """
 
 from __future__ import annotations
@@ -37,6 +35,7 @@ from imagerefresh.kube.errors import KubeError
 from imagerefresh.logs import LogFormat, configure_logging
 from imagerefresh.metrics import Metrics
 from imagerefresh.planner import NamespacePolicy, Plan
+from imagerefresh.planner.windows import WINDOW_OVERRIDE_ANNOTATION
 from imagerefresh.ratelimit import RateLimitLedger
 from imagerefresh.reference import InvalidReference, parse
 from imagerefresh.registry import DEFAULT_DEADLINE, RegistryClient, RegistryError, Resolution
@@ -44,12 +43,7 @@ from imagerefresh.resolver import SharedResolver
 from imagerefresh.runtime.config import OperatorConfig, parse_namespace_pairs
 from imagerefresh.runtime.election import ElectionTimings, Elector, default_identity
 from imagerefresh.runtime.events import EventRecorder
-from imagerefresh.runtime.gather import (
-    RESET_ANNOTATION,
-    WINDOW_OVERRIDE_ANNOTATION,
-    Gathered,
-    PolicyUnreadable,
-)
+from imagerefresh.runtime.gather import RESET_ANNOTATION, Gathered, PolicyUnreadable
 from imagerefresh.runtime.render import render_plan
 from imagerefresh.runtime.ticker import PolicyTicker
 
@@ -533,25 +527,6 @@ def plan(
     click.echo(render_plan(*result))
 
 
-@main.command()
-@click.argument("policy", metavar="NAMESPACE/NAME")
-@kubeconfig_option
-def reset(policy: str, kubeconfig: str | None) -> None:
-    """Clear every target's refresh attempts and Locked (sets the reset annotation)."""
-    namespace, name = _target(policy)
-    value = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    try:
-        KubeApi.from_environment(kubeconfig).annotate_policy(
-            namespace, name, RESET_ANNOTATION, value
-        )
-    except KubeError as error:
-        raise click.ClickException(str(error)) from error
-    click.echo(
-        f"reset requested for {namespace}/{name} ({RESET_ANNOTATION}={value}); "
-        "the operator honours it on its next tick, which it starts at once"
-    )
-
-
 @main.command("refresh-now")
 @click.argument("policy", metavar="NAMESPACE/NAME")
 @click.option(
@@ -573,4 +548,23 @@ def refresh_now(policy: str, outside_window: bool, kubeconfig: str | None) -> No
     what = "a tick that may refresh outside its windows" if outside_window else "a tick"
     click.echo(
         f"{what} requested for {namespace}/{name} ({key}={value}); the operator starts it at once"
+    )
+
+
+@main.command()
+@click.argument("policy", metavar="NAMESPACE/NAME")
+@kubeconfig_option
+def reset(policy: str, kubeconfig: str | None) -> None:
+    """Clear every target's refresh attempts and Locked (sets the reset annotation)."""
+    namespace, name = _target(policy)
+    value = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    try:
+        KubeApi.from_environment(kubeconfig).annotate_policy(
+            namespace, name, RESET_ANNOTATION, value
+        )
+    except KubeError as error:
+        raise click.ClickException(str(error)) from error
+    click.echo(
+        f"reset requested for {namespace}/{name} ({RESET_ANNOTATION}={value}); "
+        "the operator honours it on its next tick, which it starts at once"
     )
