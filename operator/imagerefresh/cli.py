@@ -28,13 +28,14 @@ from imagerefresh.credentials import (
     credentials_for,
     parse_docker_config,
 )
-from imagerefresh.handlers import Runtime, build_registry
+from imagerefresh.handlers import REFRESH_NOW_ANNOTATION, Runtime, build_registry
 from imagerefresh.health import serve_health
 from imagerefresh.kube.api import KubeApi
 from imagerefresh.kube.errors import KubeError
 from imagerefresh.logs import LogFormat, configure_logging
 from imagerefresh.metrics import Metrics
 from imagerefresh.planner import NamespacePolicy, Plan
+from imagerefresh.planner.windows import WINDOW_OVERRIDE_ANNOTATION
 from imagerefresh.ratelimit import RateLimitLedger
 from imagerefresh.reference import InvalidReference, parse
 from imagerefresh.registry import DEFAULT_DEADLINE, RegistryClient, RegistryError, Resolution
@@ -524,6 +525,30 @@ def plan(
     if result is None:
         raise click.ClickException(f"no ImageRefreshPolicy {namespace}/{name}")
     click.echo(render_plan(*result))
+
+
+@main.command("refresh-now")
+@click.argument("policy", metavar="NAMESPACE/NAME")
+@click.option(
+    "--outside-window",
+    is_flag=True,
+    help="Let this one tick start refreshes outside spec.windows (honoured once).",
+)
+@kubeconfig_option
+def refresh_now(policy: str, outside_window: bool, kubeconfig: str | None) -> None:
+    """Ask the operator for a tick at once (sets an annotation it watches)."""
+    namespace, name = _target(policy)
+    key = WINDOW_OVERRIDE_ANNOTATION if outside_window else REFRESH_NOW_ANNOTATION
+    # Microseconds: two requests within one second are two new values, each honoured.
+    value = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    try:
+        KubeApi.from_environment(kubeconfig).annotate_policy(namespace, name, key, value)
+    except KubeError as error:
+        raise click.ClickException(str(error)) from error
+    what = "a tick that may refresh outside its windows" if outside_window else "a tick"
+    click.echo(
+        f"{what} requested for {namespace}/{name} ({key}={value}); the operator starts it at once"
+    )
 
 
 @main.command()

@@ -3,8 +3,9 @@
 kopf reports the policies through one raw-event handler — which, unlike change handlers,
 daemons and timers, persists nothing on the object and puts no finalizer on it — and the
 :class:`~imagerefresh.runtime.scheduler.Scheduler` decides when each ticks: on its interval's
-grid, at once when its spec, reset or refresh-now annotation changes, and every few seconds
-while a rollout of ours is in flight. Deleting a policy, its namespace or the release never
+grid, at once when its spec, reset, refresh-now or refresh-outside-window annotation changes,
+at the start of a refresh window one of its targets waits for, and every few seconds while a
+rollout of ours is in flight. Deleting a policy, its namespace or the release never
 waits for the operator.
 
 Earlier versions served policies with kopf daemons, which left a finalizer on each policy;
@@ -28,7 +29,7 @@ import structlog
 
 from imagerefresh.kube.errors import KubeError
 from imagerefresh.models import PolicySpec, parse_duration
-from imagerefresh.runtime.gather import RESET_ANNOTATION
+from imagerefresh.runtime.gather import RESET_ANNOTATION, WINDOW_OVERRIDE_ANNOTATION
 from imagerefresh.runtime.schedule import random_phase
 from imagerefresh.runtime.scheduler import Scheduler
 from imagerefresh.runtime.ticker import PolicyTicker
@@ -81,6 +82,7 @@ def _trigger(body: Mapping[str, Any]) -> tuple[Any, ...]:
         metadata.get("generation"),
         annotations.get(RESET_ANNOTATION),
         annotations.get(REFRESH_NOW_ANNOTATION),
+        annotations.get(WINDOW_OVERRIDE_ANNOTATION),
     )
 
 

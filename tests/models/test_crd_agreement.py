@@ -51,8 +51,13 @@ def _compare(model: dict[str, Any], crd: dict[str, Any], defs: dict[str, Any], p
                 assert model_field.get(bound) == crd_field.get(bound), f"{where}: {bound}"
         if crd_field["type"] == "object" and "properties" in crd_field:
             _compare(model_field, crd_field, defs, where)
-        if crd_field["type"] == "array":
+        if crd_field["type"] == "array" and "properties" in crd_field["items"]:
             _compare(_resolve(model_field["items"], defs), crd_field["items"], defs, where)
+        elif crd_field["type"] == "array":  # a list of scalars (a window's days)
+            model_items, crd_items = _resolve(model_field["items"], defs), crd_field["items"]
+            assert model_items["type"] == crd_items["type"], f"{where}[]"
+            for bound in BOUNDS:
+                assert model_items.get(bound) == crd_items.get(bound), f"{where}[]: {bound}"
 
 
 def test_spec_schema_fields_types_and_bounds_agree_with_the_models() -> None:
@@ -175,6 +180,10 @@ BAD_SPECS = {
     "zero maxSkipTicks": {**MINIMAL, "maxSkipTicks": 0},
     "negative maxRefreshAttempts": {**MINIMAL, "maxRefreshAttempts": -1},
     "negative reserve": {**MINIMAL, "pullBudget": {"reserve": -1}},
+    "a window without a time zone": {
+        **MINIMAL,
+        "windows": [{"days": ["Sat"], "start": "02:00", "end": "05:00"}],
+    },
     "duplicate container": {
         "targets": [
             {
@@ -221,6 +230,10 @@ def create(cluster: Cluster, namespace: str, spec: dict[str, Any]) -> str:
     return proc.stderr if proc.returncode else ""
 
 
+def window(**fields: Any) -> dict[str, Any]:
+    return {"days": ["Sat"], "start": "02:00", "end": "05:00", "timeZone": "UTC", **fields}
+
+
 LOWERCASE = "the repository path in image must be lowercase"
 SHORT = "sha256:" + HEX[:63]
 REFUSED = {
@@ -253,6 +266,27 @@ REFUSED = {
         {**MINIMAL, "maxRefreshAttempts": 0},
         "should be greater than or equal to 1",
     ),
+    "a window day listed twice": (
+        {**MINIMAL, "windows": [window(days=["Sat", "Sat"])]},
+        "Duplicate value",
+    ),
+    "an unknown window day": (
+        {**MINIMAL, "windows": [window(days=["Saturday"])]},
+        'supported values: "Mon", "Tue"',
+    ),
+    "a window start of 24:00": (
+        {**MINIMAL, "windows": [window(start="24:00")]},
+        "spec.windows[0].start",
+    ),
+    "a window end without a leading zero": (
+        {**MINIMAL, "windows": [window(end="5:00")]},
+        "spec.windows[0].end",
+    ),
+    "a time zone that is a path": (
+        {**MINIMAL, "windows": [window(timeZone="../../etc/passwd")]},
+        "spec.windows[0].timeZone",
+    ),
+    "an empty list of windows": ({**MINIMAL, "windows": []}, "spec.windows"),
     "a digest of the wrong length": (
         {
             "targets": [
@@ -282,6 +316,13 @@ ADMITTED = {
     "capitals in the tag": {"targets": [one_target("nginx:Latest", "localhost:5000/a/b:V1")]},
     "one name as two kinds": {
         "targets": [one_target("a:b"), {**one_target("a:b"), "kind": "DaemonSet"}]
+    },
+    "windows across midnight, in two zones": {
+        **MINIMAL,
+        "windows": [
+            window(days=["Fri", "Sat"], start="22:00", end="02:00", timeZone="Europe/Berlin"),
+            window(days=["Sun"], start="00:00", end="00:00", timeZone="America/New_York"),
+        ],
     },
     # The same workload only once the namespace is defaulted: the operator reports a Conflict.
     "one name with and without a namespace": {

@@ -125,6 +125,32 @@ async def test_a_policy_ticks_when_first_seen_then_on_its_grid_and_at_once_on_a_
     await until(lambda: ticker.calls == [False, False, False])
 
 
+def waiting(opens: float) -> TickOutcome:
+    """A tick after which a drifted target waits for a refresh window opening at ``opens``."""
+    when = datetime.fromtimestamp(opens, UTC)
+    return TickOutcome(None, None, window_opens=when)  # type: ignore[arg-type]
+
+
+async def test_a_policy_waiting_for_a_window_ticks_when_it_opens_not_an_interval_later(
+    running: tuple[Scheduler, Ticker, Clock],
+) -> None:
+    scheduler, ticker, clock = running
+    opens = clock.now + 300  # before the grid's next instant, 1,000,800
+    ticker.next = [waiting(opens), waiting(clock.now + 7200)]
+    scheduler.observe("uid", "ns", "p", INTERVAL, 1)
+    await at(scheduler, clock, clock.now)
+    await until(lambda: ticker.calls == [False])
+    await at(scheduler, clock, opens - 1)
+    assert ticker.calls == [False]
+    await at(scheduler, clock, opens)
+    await until(lambda: ticker.calls == [False, False])
+    # A window opening after the grid's next instant changes nothing: the grid comes first.
+    await at(scheduler, clock, 1_000_800.0 - 1)
+    assert ticker.calls == [False, False]
+    await at(scheduler, clock, 1_000_800.0)
+    await until(lambda: ticker.calls == [False, False, False])
+
+
 async def test_a_failed_tick_is_retried_after_the_retry_delay_not_before(
     running: tuple[Scheduler, Ticker, Clock],
 ) -> None:

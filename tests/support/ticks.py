@@ -103,6 +103,7 @@ class Tick:
         self.status = PolicyStatus()
         self.now = T0
         self.reset: str | None = None
+        self.window_override: str | None = None  # the refresh-outside-window annotation
         self.namespaces = namespaces or NamespacePolicy()
 
     def input(
@@ -112,7 +113,15 @@ class Tick:
         *,
         follow_up: bool = False,
     ) -> TickInput:
-        view = PolicyView(NS, "control-plane", self.generation, self.spec, self.status, self.reset)
+        view = PolicyView(
+            NS,
+            "control-plane",
+            self.generation,
+            self.spec,
+            self.status,
+            self.reset,
+            window_override=self.window_override,
+        )
         return TickInput(
             view, targets, budgets or {}, self.now, self.namespaces, follow_up=follow_up
         )

@@ -6,6 +6,8 @@ from imagerefresh.models.policy import (
     PolicySpec,
     PullBudgetSpec,
     TargetSpec,
+    Weekday,
+    WindowSpec,
     WorkloadKind,
 )
 from imagerefresh.models.status import (
@@ -37,6 +39,8 @@ __all__ = [
     "RegistryStatus",
     "TargetSpec",
     "TargetStatus",
+    "Weekday",
+    "WindowSpec",
     "WorkloadKind",
     "format_duration",
     "parse_duration",

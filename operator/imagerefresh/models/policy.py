@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import timedelta
 from enum import StrEnum
 from typing import Annotated
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import Field, field_validator, model_validator
 
@@ -24,12 +25,18 @@ __all__ = [
     "PolicySpec",
     "PullBudgetSpec",
     "TargetSpec",
+    "Weekday",
+    "WindowSpec",
     "WorkloadKind",
 ]
 
 MIN_INTERVAL = timedelta(seconds=30)
 MIN_ROLLOUT_TIMEOUT = timedelta(seconds=30)
 SHA256_DIGEST_PATTERN = r"^sha256:[a-f0-9]{64}$"
+CLOCK_TIME_PATTERN = r"^([01][0-9]|2[0-3]):[0-5][0-9]$"  # HH:MM, 00:00 to 23:59
+# IANA names (Europe/Berlin, America/Argentina/Buenos_Aires, Etc/GMT+5, UTC): whether the name
+# exists is zoneinfo's to say; the pattern keeps paths (`..`, absolute) out of the lookup.
+TIME_ZONE_PATTERN = r"^[A-Za-z][A-Za-z0-9_+-]*(/[A-Za-z0-9][A-Za-z0-9_+-]*)*$"
 
 
 class WorkloadKind(StrEnum):
@@ -90,6 +97,75 @@ class TargetSpec(ApiModel):
         return value
 
 
+class Weekday(StrEnum):
+    """A day a refresh window starts on; declared in ``date.weekday()`` order."""
+
+    MON = "Mon"
+    TUE = "Tue"
+    WED = "Wed"
+    THU = "Thu"
+    FRI = "Fri"
+    SAT = "Sat"
+    SUN = "Sun"
+
+    @property
+    def weekday(self) -> int:
+        """Monday is 0, as ``date.weekday()``."""
+        return list(Weekday).index(self)
+
+
+class WindowSpec(ApiModel):
+    """A weekly refresh window: refreshes START only between ``start`` and ``end`` local time.
+
+    ``end`` at or before ``start`` ends the next day (``start == end`` is a full day); ``days``
+    are the days the window starts on. The planner's :mod:`~imagerefresh.planner.windows` says
+    how a wall time skipped or repeated by a DST change is read.
+    """
+
+    days: Annotated[tuple[Weekday, ...], Field(min_length=1, max_length=7)]
+    start: Annotated[str, Field(pattern=CLOCK_TIME_PATTERN)]
+    end: Annotated[str, Field(pattern=CLOCK_TIME_PATTERN)]
+    time_zone: Annotated[str, Field(min_length=1, max_length=64, pattern=TIME_ZONE_PATTERN)]
+
+    @field_validator("days")
+    @classmethod
+    def _days_unique(cls, value: tuple[Weekday, ...]) -> tuple[Weekday, ...]:
+        if len(value) != len(set(value)):
+            raise ValueError("each day may be listed once per window")
+        return value
+
+    @field_validator("time_zone")
+    @classmethod
+    def _time_zone_known(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError, OSError) as error:  # OSError: a directory
+            raise ValueError(
+                f"timeZone {value!r} is not an IANA time zone this operator knows "
+                "(e.g. Europe/Berlin, America/New_York, UTC); fix the policy"
+            ) from error
+        return value
+
+    @property
+    def zone(self) -> ZoneInfo:
+        return ZoneInfo(self.time_zone)
+
+    @staticmethod
+    def _minutes(clock: str) -> int:
+        hours, minutes = clock.split(":")
+        return int(hours) * 60 + int(minutes)
+
+    @property
+    def start_minute(self) -> int:
+        """``start`` as minutes after local midnight."""
+        return self._minutes(self.start)
+
+    @property
+    def end_minute(self) -> int:
+        """``end`` as minutes after local midnight."""
+        return self._minutes(self.end)
+
+
 class PullBudgetSpec(ApiModel):
     """How much of a registry's pull budget is never spent on refreshes."""
 
@@ -100,6 +176,9 @@ class PolicySpec(ApiModel):
     """``spec`` of an ImageRefreshPolicy."""
 
     interval: Duration = timedelta(minutes=15)
+    # None: refreshes start at any tick. Otherwise only inside one of these (verdicts,
+    # rollbacks and adoptions never wait).
+    windows: Annotated[tuple[WindowSpec, ...], Field(min_length=1, max_length=32)] | None = None
     max_skip_ticks: Annotated[int, Field(ge=1)] = 8
     max_refresh_attempts: Annotated[int, Field(ge=1)] = 3
     rollout_timeout: Duration = timedelta(minutes=10)

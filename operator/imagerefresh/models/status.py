@@ -186,3 +186,5 @@ class PolicyStatus(StatusModel):
     targets: tuple[TargetStatus, ...] = ()
     registries: tuple[RegistryStatus, ...] = ()
     last_reset: str | None = None
+    # The value of the refresh-outside-window annotation last honoured (once per value).
+    last_window_override: str | None = None

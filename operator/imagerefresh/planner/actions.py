@@ -9,6 +9,7 @@ rejects the whole patch (422) and nothing is clobbered; the next tick reads agai
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Literal
 
 from imagerefresh.models import PendingPurpose, PolicyStatus
@@ -67,3 +68,5 @@ class Plan:
     status: PolicyStatus
     degraded: bool = False
     rate_limited: bool = False
+    # The earliest refresh window a drifted target waits for (UTC): the shell ticks then.
+    window_opens: datetime | None = None

@@ -250,6 +250,7 @@ class PolicyView:
     spec: PolicySpec
     status: PolicyStatus
     reset_request: str | None = None  # the value of the reset annotation, if set
+    window_override: str | None = None  # the value of the refresh-outside-window annotation
 
     def target_key(self, index: int) -> TargetKey:
         target = self.spec.targets[index]

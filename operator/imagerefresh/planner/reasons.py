@@ -20,9 +20,11 @@ WORKLOAD_MISSING = "WorkloadMissing"
 CONFLICT = "Conflict"
 FROZEN = "Frozen"
 LOCKED = "Locked"
+WAITING_FOR_WINDOW = "WaitingForWindow"  # a drifted target waits for its next refresh window
 
 # Events about the policy.
 RESET = "Reset"  # the reset annotation was honoured
+REFRESH_OUTSIDE_WINDOW = "RefreshOutsideWindow"  # the override annotation was honoured, once
 POLICY_INVALID = "PolicyInvalid"  # the spec could not be read: the policy does nothing
 STATUS_UNREADABLE = "StatusUnreadable"  # the status could not be read: fail closed
 

@@ -45,6 +45,7 @@ from imagerefresh.models import (
     TargetStatus,
     format_duration,
 )
+from imagerefresh.models.base import format_timestamp
 from imagerefresh.planner import reasons
 from imagerefresh.planner.actions import Event, ImageChange, ImagePatch
 from imagerefresh.planner.evidence import (
@@ -56,6 +57,7 @@ from imagerefresh.planner.evidence import (
     Workload,
 )
 from imagerefresh.planner.guard import unsafe_changes
+from imagerefresh.planner.windows import OPEN, WINDOW_OVERRIDE_ANNOTATION, WindowState
 from imagerefresh.ratelimit import BudgetSnapshot
 from imagerefresh.reference import InvalidReference, parse, registry_host
 from imagerefresh.rollout import RolloutProgress, RolloutState
@@ -72,6 +74,7 @@ class TargetContext:
     now: datetime
     budgets: Mapping[tuple[str, str], BudgetSnapshot]
     reset: bool
+    window: WindowState = OPEN  # whether a refresh may start now (spec.windows, or an override)
     spent: Counter[tuple[str, str]] = field(default_factory=Counter)
     follow_up: bool = False  # a tick that follows rollouts: it judges, it starts no refresh
 
@@ -81,6 +84,7 @@ class TargetOutcome:
     status: TargetStatus
     patch: ImagePatch | None = None
     events: list[Event] = field(default_factory=list)
+    window_opens: datetime | None = None  # the refresh waits for the window opening then
     degraded: bool = False
     rate_limited: bool = False
 
@@ -544,6 +548,8 @@ class _Decision:
         )
         if self._locked:
             return self._finish(Phase.LOCKED, self._locked_message(f"drift: {plan}"))
+        if not self.ctx.window.open:
+            return self._wait_for_window(plan, note)
         if self.ctx.follow_up:
             # Following rollouts only judges them: a refresh starts at a tick of the interval
             # (or a prompt one), so a digest that just failed and was rolled back is not
@@ -584,6 +590,25 @@ class _Decision:
         self._set(pending=pending)
         self._event("Normal", reasons.REFRESHING, f"patching {self.key}: {plan}")
         return self._finish(Phase.REFRESHING, f"refreshing {plan}{note}")
+
+    def _wait_for_window(self, plan: str, note: str) -> TargetOutcome:
+        """Outside every refresh window: the refresh starts when the next one opens.
+
+        The message names that instant, so it — and the status — change only when it does: an
+        idle tick outside a window writes nothing. One event per next start, never per tick.
+        """
+        opens = self.ctx.window.next_start
+        assert opens is not None  # a closed window always says when the next one opens
+        message = (
+            f"drift: {plan}; outside the refresh windows (spec.windows): the refresh starts "
+            f"when the next window opens, at {format_timestamp(opens)}; to refresh once now: "
+            f"imagerefresh refresh-now {self.ctx.policy} --outside-window (a new value of the "
+            f"annotation {WINDOW_OVERRIDE_ANNOTATION}){note}"
+        )
+        if self.previous_phase is not Phase.WAITING or self.status.message != message:
+            self._event("Normal", reasons.WAITING_FOR_WINDOW, message)
+        self.outcome.window_opens = opens
+        return self._finish(Phase.WAITING, message)
 
     def _moved_since_our_write(self, workload: Workload, drifted: Mapping[str, str]) -> list[str]:
         """Drifted containers whose live image is not what imagerefresh last wrote there."""

@@ -31,6 +31,7 @@ from imagerefresh.planner.conditions import (
 )
 from imagerefresh.planner.evidence import PolicyView, TargetEvidence, TargetKey, TickInput
 from imagerefresh.planner.target import TargetContext, TargetOutcome, plan_target
+from imagerefresh.planner.windows import OPEN, window_state
 from imagerefresh.ratelimit import BudgetSnapshot
 
 __all__ = ["plan_tick", "revise_target"]
@@ -92,7 +93,11 @@ def revise_target(
     )
     conditions = _carry_read_conditions(status.conditions, derived, TickFlags())
     return _summary(policy, targets, conditions).model_copy(
-        update={"registries": status.registries, "last_reset": status.last_reset}
+        update={
+            "registries": status.registries,
+            "last_reset": status.last_reset,
+            "last_window_override": status.last_window_override,
+        }
     )
 
 
@@ -139,6 +144,13 @@ def plan_tick(tick: TickInput) -> Plan:
     """Decide one tick of one policy. Pure: the same input always gives the same plan."""
     policy, spec, before = tick.policy, tick.policy.spec, tick.policy.status
     reset = policy.reset_request is not None and policy.reset_request != before.last_reset
+    # A new value of the override lets refreshes start outside the windows in this one tick. A
+    # follow-up starts none, so it leaves the value for the tick that can.
+    override = (
+        not tick.follow_up
+        and policy.window_override is not None
+        and policy.window_override != before.last_window_override
+    )
     ctx = TargetContext(
         spec,
         f"{policy.namespace}/{policy.name}",
@@ -146,6 +158,7 @@ def plan_tick(tick: TickInput) -> Plan:
         tick.budgets,
         reset,
         follow_up=tick.follow_up,
+        window=OPEN if override else window_state(spec.windows, tick.now),
     )
     previous = {_key(status): status for status in before.targets}
     keys = [policy.target_key(index) for index in range(len(spec.targets))]
@@ -179,6 +192,16 @@ def plan_tick(tick: TickInput) -> Plan:
                 "target",
             )
         )
+    if override:
+        events.append(
+            Event(
+                "Normal",
+                reasons.REFRESH_OUTSIDE_WINDOW,
+                f"refresh-outside-window {policy.window_override!r} honoured: drifted targets "
+                "refresh in this tick whatever spec.windows says; later refreshes wait for a "
+                "window again",
+            )
+        )
     for _, outcome in outcomes:
         events += outcome.events
     events += condition_events(before.conditions, conditions)
@@ -187,12 +210,17 @@ def plan_tick(tick: TickInput) -> Plan:
             # A follow-up reads only the rollouts in flight: the budgets it saw are a part.
             "registries": before.registries if tick.follow_up else _registries(dict(tick.budgets)),
             "last_reset": policy.reset_request if reset else before.last_reset,
+            "last_window_override": (
+                policy.window_override if override else before.last_window_override
+            ),
         }
     )
+    waits = [o.window_opens for _, o in outcomes if o.window_opens is not None]
     return Plan(
         patches=tuple(o.patch for _, o in outcomes if o.patch is not None),
         events=tuple(events),
         status=status,
         degraded=bool(flags.degraded),
         rate_limited=bool(flags.rate_limited),
+        window_opens=min(waits, default=None),
     )

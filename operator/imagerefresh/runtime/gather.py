@@ -35,12 +35,20 @@ from imagerefresh.planner import (
     Workload,
     in_flight,
 )
+from imagerefresh.planner.windows import WINDOW_OVERRIDE_ANNOTATION
 from imagerefresh.ratelimit import BudgetSnapshot, RateLimitLedger
 from imagerefresh.reference import InvalidReference, parse, registry_host
 from imagerefresh.resolver import ChildrenOutcome, ResolutionKey, SharedResolver
 from imagerefresh.runtime.config import OperatorConfig
 
-__all__ = ["RESET_ANNOTATION", "Gathered", "PolicyUnreadable", "gather", "policy_view"]
+__all__ = [
+    "RESET_ANNOTATION",
+    "WINDOW_OVERRIDE_ANNOTATION",
+    "Gathered",
+    "PolicyUnreadable",
+    "gather",
+    "policy_view",
+]
 
 log = structlog.get_logger(__name__)
 
@@ -96,7 +104,8 @@ def policy_view(policy: Mapping[str, Any]) -> PolicyView:
     """
     metadata = policy["metadata"]
     name = f"{metadata['namespace']}/{metadata['name']}"
-    reset = (metadata.get("annotations") or {}).get(RESET_ANNOTATION)
+    annotations = metadata.get("annotations") or {}
+    reset = annotations.get(RESET_ANNOTATION)
     try:
         spec = PolicySpec.model_validate(policy.get("spec") or {})
     except ValidationError as error:
@@ -124,6 +133,7 @@ def policy_view(policy: Mapping[str, Any]) -> PolicyView:
         spec=spec,
         status=status,
         reset_request=reset,
+        window_override=annotations.get(WINDOW_OVERRIDE_ANNOTATION),
     )
 
 

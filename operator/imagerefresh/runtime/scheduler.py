@@ -7,8 +7,9 @@ raw-event handler, which persists nothing) and this scheduler decides when each 
 
 - **interval ticks**, on the grid of :mod:`.schedule` (policies of one interval tick together
   and share registry answers);
-- **prompt ticks**, at once, when a policy is first seen or its spec, reset or refresh-now
-  annotation changes;
+- **prompt ticks**, at once, when a policy is first seen or its spec, reset, refresh-now or
+  refresh-outside-window annotation changes, and when a refresh window a drifted target waits
+  for opens (the tick's ``window_opens``), rather than up to an interval later;
 - **follow-up ticks**, while a rollout of ours is in flight (:mod:`imagerefresh.planner.follow`):
   the in-flight workloads are read every ``follow_period`` seconds (a GET by name, which
   ``resourceNames`` RBAC allows) and a change of their ``resourceVersion`` — the controller
@@ -185,6 +186,10 @@ class Scheduler:
             self.ticker.metrics.forget_policy(policy.namespace, policy.name)
             return
         self._follow(policy, outcome)
+        opens = outcome.window_opens if outcome is not None else None
+        if opens is not None:
+            # The planner named an instant after its own clock; never sooner than that.
+            policy.due = min(policy.due, opens.timestamp())
 
     def _follow(self, policy: _Policy, outcome: TickOutcome | None) -> None:
         """Start, continue or stop following the policy's rollouts after a tick."""

@@ -53,6 +53,7 @@ class TickOutcome:
     # resourceVersion of each in-flight workload as this tick read it: a change since is
     # worth a follow-up tick.
     versions: Mapping[TargetKey, str] = field(default_factory=dict)
+    window_opens: datetime | None = None  # a refresh waits for the window opening then
 
 
 class PolicyTicker:
@@ -141,7 +142,7 @@ class PolicyTicker:
                 for key, workload in gathered.workloads.items()
                 if key in flying.workloads
             }
-            return TickOutcome(plan, applied, flying, versions)
+            return TickOutcome(plan, applied, flying, versions, plan.window_opens)
         finally:
             if outcome == "gone":  # deleted: its series go with it, none are made anew
                 self.metrics.forget_policy(namespace, name)
