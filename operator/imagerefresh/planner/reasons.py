@@ -20,6 +20,7 @@ WORKLOAD_MISSING = "WorkloadMissing"
 CONFLICT = "Conflict"
 FROZEN = "Frozen"
 LOCKED = "Locked"
+PULL_POLICY_ALWAYS = "PullPolicyAlways"  # a declared container is pulled Always: not offline-safe
 
 # Events about the policy.
 RESET = "Reset"  # the reset annotation was honoured

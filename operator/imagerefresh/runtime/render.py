@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from imagerefresh.models import Phase
 from imagerefresh.planner import Plan
+from imagerefresh.planner.evidence import ALWAYS
 from imagerefresh.runtime.gather import Gathered
 
 __all__ = ["render_plan"]
@@ -17,13 +18,14 @@ def _short(value: str | None) -> str:
 
 
 def render_plan(gathered: Gathered, plan: Plan) -> str:
-    """A table of target, container, live, desired and action, then each target's message."""
+    """A table of target, container, live, desired, action and pull policy, then each target's
+    message and a warning for each container pulled ``Always`` (not offline-safe)."""
     changes = {
         (str(patch.target), change.container): f"{patch.purpose} → {_short(change.image)}"
         for patch in plan.patches
         for change in patch.changes
     }
-    rows = [("TARGET", "CONTAINER", "LIVE", "DESIRED", "ACTION")]
+    rows = [("TARGET", "CONTAINER", "LIVE", "DESIRED", "ACTION", "PULL")]
     notes = []
     for target in plan.status.targets:
         label = f"{target.kind} {target.namespace}/{target.name}"
@@ -31,11 +33,20 @@ def render_plan(gathered: Gathered, plan: Plan) -> str:
         for container in target.containers or ():
             action = changes.get((label, container.name), idle)
             desired = container.desired[:19] + "…" if container.desired else "unknown"
-            rows.append((label, container.name, _short(container.live), desired, action))
+            pull = container.pull_policy or "-"
+            rows.append((label, container.name, _short(container.live), desired, action, pull))
         if not target.containers:
-            rows.append((label, "-", "-", "-", str(target.phase)))
+            rows.append((label, "-", "-", "-", str(target.phase), "-"))
         notes.append(f"{label}: {target.phase}: {target.message}")
-    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    notes += [
+        f"warning: {target.kind} {target.namespace}/{target.name} container {c.name!r} has "
+        "imagePullPolicy Always: not offline-safe (a restart needs the registry); set "
+        "IfNotPresent"
+        for target in plan.status.targets
+        for c in target.containers
+        if c.pull_policy == ALWAYS
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(6)]
     table = "\n".join(
         "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows
     )
