@@ -1,13 +1,14 @@
-"""Plain-text rendering of a plan, for ``imagerefresh plan``."""
+"""Plain-text rendering: a plan (``imagerefresh plan``), findings (``imagerefresh audit``)."""
 
 from __future__ import annotations
 
+from imagerefresh.audit import Finding
 from imagerefresh.models import Phase
 from imagerefresh.planner import Plan
 from imagerefresh.planner.evidence import ALWAYS
 from imagerefresh.runtime.gather import Gathered
 
-__all__ = ["render_plan"]
+__all__ = ["render_findings", "render_plan"]
 
 
 def _short(value: str | None) -> str:
@@ -53,3 +54,15 @@ def render_plan(gathered: Gathered, plan: Plan) -> str:
     policy = gathered.tick.policy
     header = f"ImageRefreshPolicy {policy.namespace}/{policy.name} (nothing was changed)"
     return "\n".join([header, "", table, "", *notes])
+
+
+def render_findings(findings: list[Finding]) -> str:
+    """A table of kind, workload, container and image, then each finding's detail."""
+    rows = [("FINDING", "WORKLOAD", "CONTAINER", "IMAGE")]
+    rows += [(str(f.kind), f.workload, f.container, f.image) for f in findings]
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    table = [
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows
+    ]
+    details = [f"{f.workload} {f.container}: {f.detail}" for f in findings]
+    return "\n".join([*table, "", *details])
