@@ -282,3 +282,64 @@ def test_a_workload_is_read_from_the_api_with_its_init_containers() -> None:
         ),
     )
     assert str(AuditedWorkload.from_api(obj)) == "StatefulSet ns/db"
+
+
+def test_an_unreadable_or_empty_image_is_shown_as_it_is_or_as_a_dash() -> None:
+    live = [workload("web", odd="Not A Reference", empty="")]
+    found = audit([], live, all_mutable=True)
+    assert [(f.workload, f.container, f.kind, f.image) for f in found] == [
+        ("Deployment tracebloc/web", "empty", FindingKind.MUTABLE, "-"),
+        ("Deployment tracebloc/web", "odd", FindingKind.MUTABLE, "Not A Reference"),
+    ]
+
+
+def test_a_mutable_finding_names_the_workload_the_container_and_its_image() -> None:
+    live = [workload("web", init={"setup": "busybox:1"}, nginx=f"nginx@{D1}")]
+    assert [
+        (f.workload, f.container, f.kind, f.image) for f in audit([], live, all_mutable=True)
+    ] == [("Deployment tracebloc/web", "setup (init)", FindingKind.MUTABLE, "busybox:1")]
+
+
+def test_a_missing_container_lists_what_the_template_has_or_none() -> None:
+    two = policy("p", target("a", api=JM), target("b", api=JM), target("c", api=JM))
+    live = [workload("a", x=JM, y=JM), workload("b"), workload("c", api="")]
+    found = audit([two], live)
+    assert [(f.workload, f.kind, f.image, f.detail.split(": ")[-1]) for f in found] == [
+        ("Deployment tracebloc/a", FindingKind.MISSING_CONTAINER, "-", "x, y; fix the policy"),
+        ("Deployment tracebloc/a", FindingKind.UNCOVERED, JM, found[1].detail.split(": ")[-1]),
+        ("Deployment tracebloc/a", FindingKind.UNCOVERED, JM, found[2].detail.split(": ")[-1]),
+        ("Deployment tracebloc/b", FindingKind.MISSING_CONTAINER, "-", "none; fix the policy"),
+        (
+            "Deployment tracebloc/c",
+            FindingKind.OTHER_REPOSITORY,
+            "-",
+            "imagerefresh never changes repositories, so it is never refreshed; fix the "
+            "policy or the workload",
+        ),
+    ]
+    assert "but it runs an unreadable image ''" in found[4].detail
+
+
+def test_every_target_is_judged_whatever_the_ones_before_it_found() -> None:
+    several = policy(
+        "p",
+        target("skipped", namespace="elsewhere", api=JM),
+        target("gone", api=JM),
+        target("a", api=JM, sidecar=JM),
+        target("b", api=JM),
+    )
+    live = [workload("a", sidecar=JM), workload("b", api="mirror.example/x:1")]
+    assert kinds(audit([several], live, namespaces=frozenset({"tracebloc"}))) == [
+        ("missing-container", "Deployment tracebloc/a", "api"),
+        ("other-repository", "Deployment tracebloc/b", "api"),
+        ("missing-workload", "Deployment tracebloc/gone", "api"),
+    ]
+
+
+def test_a_nameless_container_is_read_with_an_empty_name() -> None:
+    obj = {
+        "kind": "Deployment",
+        "metadata": {"namespace": "ns", "name": "x"},
+        "spec": {"template": {"spec": {"containers": [{"image": "busybox:1"}]}}},
+    }
+    assert AuditedWorkload.from_api(obj).containers == (AuditedContainer("", "busybox:1"),)

@@ -174,3 +174,18 @@ def test_the_warning_is_about_the_workload() -> None:
     tick = both()
     (event,) = [e for e in run(tick, api="Always") if e.reason == "PullPolicyAlways"]
     assert event.target == JOBS
+
+
+def test_a_container_after_one_not_pulled_always_is_still_warned_about() -> None:
+    tick = both()
+    assert warnings(run(tick, api="IfNotPresent", **{"pods-monitor": "Always"})) == [
+        warning("pods-monitor")
+    ]
+
+
+def test_a_container_after_one_already_warned_about_is_still_warned_about() -> None:
+    tick = both()
+    run(tick, api="Always")
+    assert warnings(run(tick, api="Always", **{"pods-monitor": "Always"})) == [
+        warning("pods-monitor")
+    ]
