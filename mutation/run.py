@@ -54,6 +54,7 @@ CORE = (
     "credentials.py",
     "registry/auth.py",
     "models/",
+    "audit.py",
 )
 # The fast tests that cover it: no cluster, no registry process.
 TESTS = (
@@ -64,6 +65,7 @@ TESTS = (
     "tests/test_credentials.py",
     "tests/models/",
     "tests/registry/test_registry_auth.py",
+    "tests/test_audit.py",
 )
 MARKERS = "not cluster and not registry"
 # The pytest plugin that makes property tests few and fixed (see hypothesis_profile.py).

@@ -1,8 +1,9 @@
 """The ``imagerefresh`` command line.
 
 ``run`` starts the operator; ``plan`` shows what its next tick would do, changing nothing;
-``reset`` clears a lock; ``resolve`` asks a registry for a tag's digest exactly as the operator
-does, so an SRE can see what a tick would pin and what the registry says about the pull budget.
+``reset`` clears a lock; ``audit`` lists what no policy covers; ``resolve`` asks a registry
+for a tag's digest exactly as the operator does, so an SRE can see what a tick would pin and
+what the registry says about the pull budget.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import kopf
 import structlog
 
 from imagerefresh.allocator import tune_allocator
+from imagerefresh.audit import audit as find_gaps
 from imagerefresh.credentials import (
     Credentials,
     InvalidDockerConfig,
@@ -41,10 +43,11 @@ from imagerefresh.reference import InvalidReference, parse
 from imagerefresh.registry import DEFAULT_DEADLINE, RegistryClient, RegistryError, Resolution
 from imagerefresh.resolver import SharedResolver
 from imagerefresh.runtime.config import OperatorConfig, parse_namespace_pairs
+from imagerefresh.runtime.coverage import AuditUnreadable, read_coverage
 from imagerefresh.runtime.election import ElectionTimings, Elector, default_identity
 from imagerefresh.runtime.events import EventRecorder
 from imagerefresh.runtime.gather import RESET_ANNOTATION, Gathered, PolicyUnreadable
-from imagerefresh.runtime.render import render_plan
+from imagerefresh.runtime.render import render_findings, render_plan
 from imagerefresh.runtime.ticker import PolicyTicker
 
 __all__ = ["main"]
@@ -568,3 +571,57 @@ def reset(policy: str, kubeconfig: str | None) -> None:
         f"reset requested for {namespace}/{name} ({RESET_ANNOTATION}={value}); "
         "the operator honours it on its next tick, which it starts at once"
     )
+
+
+# `imagerefresh audit` exits 0 when clean, 1 with findings (for CI), and this when it could not
+# read what it needs (RBAC, no such namespace, no API server) — never "clean" on what it missed.
+AUDIT_UNREADABLE_EXIT = 3
+
+
+@main.command()
+@click.option(
+    "--namespace",
+    "namespaces",
+    multiple=True,
+    help="Audit the workloads of this namespace only (repeatable; default: all namespaces). "
+    "Policies are read in every namespace.",
+)
+@click.option(
+    "--all-mutable",
+    is_flag=True,
+    help="Also list every container on a tag without a digest that no policy declares.",
+)
+@click.option(
+    "-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True
+)
+@kubeconfig_option
+def audit(
+    namespaces: tuple[str, ...], all_mutable: bool, output: str, kubeconfig: str | None
+) -> None:
+    """List workloads running a tracked repository in no policy, and policy targets that run
+    another repository or do not exist. Exit 1 when it finds any, 0 when clean, 3 when it
+    could not read what it needs."""
+    try:
+        coverage = read_coverage(
+            KubeApi.from_environment(kubeconfig), tuple(dict.fromkeys(namespaces))
+        )
+    except (AuditUnreadable, KubeError) as error:
+        click.echo(f"error: {error}", err=True)
+        sys.exit(AUDIT_UNREADABLE_EXIT)
+    findings = find_gaps(
+        coverage.policies,
+        coverage.workloads,
+        namespaces=frozenset(namespaces) or None,
+        all_mutable=all_mutable,
+    )
+    if output == "json":
+        click.echo(json.dumps([finding.as_json() for finding in findings], indent=2))
+    elif findings:
+        click.echo(render_findings(findings))
+    containers = sum(len(w.containers) for w in coverage.workloads)
+    click.echo(
+        f"{len(findings)} finding(s) in {len(coverage.workloads)} workloads ({containers} "
+        f"containers), against {len(coverage.policies)} policies",
+        err=True,
+    )
+    sys.exit(1 if findings else 0)

@@ -460,6 +460,51 @@ class KubeApi:
             content_type=JSON_PATCH,
         )
 
+    # -- listing, for `imagerefresh audit` ---------------------------------------------------
+
+    def list_workloads(self, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
+        """Every Deployment/DaemonSet/StatefulSet of ``kind`` in ``namespace`` (None: all)."""
+        resource = _WORKLOADS[str(kind)]
+        where = f"/namespaces/{_segment(namespace)}" if namespace is not None else ""
+        items = self._list(
+            f"list {resource}.apps {_scope(namespace)}", f"/apis/apps/v1{where}/{resource}"
+        )
+        for item in items:
+            item.setdefault("kind", str(kind))
+        return items
+
+    def list_policies(self, namespace: str | None = None) -> list[dict[str, Any]]:
+        """Every ImageRefreshPolicy in ``namespace`` (None: all)."""
+        base = f"/apis/{POLICY_GROUP}/{POLICY_VERSION}"
+        where = f"/namespaces/{_segment(namespace)}" if namespace is not None else ""
+        return self._list(
+            f"list {POLICY_PLURAL}.{POLICY_GROUP} {_scope(namespace)}",
+            f"{base}{where}/{POLICY_PLURAL}",
+        )
+
+    def namespace_exists(self, namespace: str) -> bool:
+        """Whether the namespace exists (Forbidden when the caller may not get namespaces)."""
+        try:
+            self._request(
+                f"get namespace {namespace}", "GET", f"/api/v1/namespaces/{_segment(namespace)}"
+            )
+        except NotFound:
+            return False
+        return True
+
+    def _list(self, what: str, path: str) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = []
+        token: str | None = None
+        while True:
+            query: list[tuple[str, Any]] = [("limit", _PAGE)]
+            if token is not None:
+                query.append(("continue", token))
+            page = self._request(what, "GET", path, query=query)
+            items += page.get("items") or ()
+            token = (page.get("metadata") or {}).get("continue") or None
+            if token is None:
+                return items
+
     # -- the leader-election Lease ----------------------------------------------------------------
     # Never gated: taking and renewing the Lease is how a process earns the right to write.
 
@@ -743,6 +788,10 @@ def _first_change(response: Any) -> dict[str, Any] | None:
 
 def _lease_path(namespace: str, name: str) -> str:
     return _LEASES.format(namespace=_segment(namespace)) + f"/{_segment(name)}"
+
+
+def _scope(namespace: str | None) -> str:
+    return f"in namespace {namespace}" if namespace is not None else "in all namespaces"
 
 
 def _names(references: Any) -> list[str]:

@@ -146,6 +146,8 @@ class ContainerStatus(StatusModel):
     desired: str | None = None  # the resolved (or pinned) digest; absent when unknown
     live: str | None = None  # what the pod template says now, fully qualified
     running: tuple[str, ...] = ()  # distinct digests the pods report
+    # The live imagePullPolicy: Always is not offline-safe (a PullPolicyAlways event says so).
+    pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = None
 
 
 class TargetStatus(StatusModel):

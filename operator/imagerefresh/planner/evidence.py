@@ -18,10 +18,11 @@ from typing import Any
 
 from imagerefresh.models import PolicySpec, PolicyStatus, WorkloadKind
 from imagerefresh.ratelimit import BudgetSnapshot
-from imagerefresh.reference import InvalidReference, parse_digest
+from imagerefresh.reference import InvalidReference, parse, parse_digest
 from imagerefresh.rollout import RolloutProgress, RolloutVerdict, rollout_progress, rollout_verdict
 
 __all__ = [
+    "ALWAYS",
     "ANONYMOUS",
     "OPERATOR_FIELD_MANAGER",
     "DigestOutcome",
@@ -35,10 +36,14 @@ __all__ = [
     "TickInput",
     "Unresolved",
     "Workload",
+    "effective_pull_policy",
     "running_digest",
 ]
 
 ANONYMOUS = "anonymous"
+ALWAYS = "Always"  # the imagePullPolicy that is not offline-safe (planner.pullpolicy)
+_IF_NOT_PRESENT = "IfNotPresent"
+_LATEST = "latest"
 OPERATOR_FIELD_MANAGER = "imagerefresh"  # the fieldManager of every write the operator makes
 _MAX_MANAGER = 128
 _EMPTY: Mapping[Any, Any] = MappingProxyType({})
@@ -62,6 +67,7 @@ class LiveContainer:
     image: str
     index: int
     init: bool = False
+    pull_policy: str | None = None  # the effective imagePullPolicy; None when unknowable
 
     @property
     def json_path(self) -> str:
@@ -89,8 +95,13 @@ class Workload:
         for init, section in ((True, "initContainers"), (False, "containers")):
             for index, container in enumerate(pod_spec.get(section) or ()):
                 # An absent or null image reads as empty: the planner reports it unparseable.
+                image = container.get("image") or ""
                 containers[container["name"]] = LiveContainer(
-                    container["name"], container.get("image") or "", index, init
+                    container["name"],
+                    image,
+                    index,
+                    init,
+                    effective_pull_policy(image, container.get("imagePullPolicy")),
                 )
         kind = WorkloadKind(obj["kind"])
         if kind is WorkloadKind.DAEMONSET:
@@ -146,6 +157,24 @@ def _keyed_name(item: str) -> str | None:
         return None
     name = key.get("name") if isinstance(key, dict) else None
     return name if isinstance(name, str) else None
+
+
+def effective_pull_policy(image: str, declared: str | None) -> str | None:
+    """The policy the kubelet applies: ``declared``, else the API server's default for ``image``.
+
+    The API server stores the default on every pod template it admits (``Always`` for a
+    ``:latest`` tag or an image with neither tag nor digest, else ``IfNotPresent``), so the
+    fallback only matters for objects that did not pass its defaulting. None: unknowable (an
+    image that cannot be parsed).
+    """
+    if declared:
+        return declared
+    try:
+        reference = parse(image)
+    except InvalidReference:
+        return None
+    untagged = reference.tag is None and reference.digest is None
+    return ALWAYS if reference.tag == _LATEST or untagged else _IF_NOT_PRESENT
 
 
 def running_digest(image_id: str | None) -> str | None:

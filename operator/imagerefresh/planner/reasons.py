@@ -16,6 +16,7 @@ PATCH_CONFLICT = "PatchConflict"  # the guarded patch's preconditions failed: re
 PATCH_REFUSED = "PatchRefused"  # the API server (or the write guard) refused a patch for good
 PATCH_OUTCOME_UNKNOWN = "PatchOutcomeUnknown"  # no answer to a patch: re-read next tick
 STATUS_NOT_WRITTEN = "StatusNotWritten"  # the status (or a patch's intent) could not be written
+PULL_POLICY_ALWAYS = "PullPolicyAlways"  # a declared container is pulled Always: not offline-safe
 WORKLOAD_MISSING = "WorkloadMissing"
 CONFLICT = "Conflict"
 FROZEN = "Frozen"

@@ -233,6 +233,7 @@ class _Decision:
             desired=self._desired(container),
             live=_normalised(live.image) if live else None,
             running=tuple(running),
+            pull_policy=live.pull_policy if live else None,
         )
 
     def _desired(self, container: ContainerSpec) -> str | None:

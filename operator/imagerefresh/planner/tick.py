@@ -30,6 +30,7 @@ from imagerefresh.planner.conditions import (
     worst_phase,
 )
 from imagerefresh.planner.evidence import PolicyView, TargetEvidence, TargetKey, TickInput
+from imagerefresh.planner.pullpolicy import pull_policy_events
 from imagerefresh.planner.target import TargetContext, TargetOutcome, plan_target
 from imagerefresh.planner.windows import OPEN, window_state
 from imagerefresh.ratelimit import BudgetSnapshot
@@ -204,6 +205,7 @@ def plan_tick(tick: TickInput) -> Plan:
         )
     for _, outcome in outcomes:
         events += outcome.events
+    events += pull_policy_events(before, targets, policy.generation)
     events += condition_events(before.conditions, conditions)
     status = _summary(policy, targets, conditions).model_copy(
         update={

@@ -1,12 +1,14 @@
-"""Plain-text rendering of a plan, for ``imagerefresh plan``."""
+"""Plain-text rendering: a plan (``imagerefresh plan``), findings (``imagerefresh audit``)."""
 
 from __future__ import annotations
 
+from imagerefresh.audit import Finding
 from imagerefresh.models import Phase
 from imagerefresh.planner import Plan
+from imagerefresh.planner.evidence import ALWAYS
 from imagerefresh.runtime.gather import Gathered
 
-__all__ = ["render_plan"]
+__all__ = ["render_findings", "render_plan"]
 
 
 def _short(value: str | None) -> str:
@@ -17,13 +19,14 @@ def _short(value: str | None) -> str:
 
 
 def render_plan(gathered: Gathered, plan: Plan) -> str:
-    """A table of target, container, live, desired and action, then each target's message."""
+    """A table of target, container, live, desired, action and pull policy, then each target's
+    message and a warning for each container pulled ``Always`` (not offline-safe)."""
     changes = {
         (str(patch.target), change.container): f"{patch.purpose} → {_short(change.image)}"
         for patch in plan.patches
         for change in patch.changes
     }
-    rows = [("TARGET", "CONTAINER", "LIVE", "DESIRED", "ACTION")]
+    rows = [("TARGET", "CONTAINER", "LIVE", "DESIRED", "ACTION", "PULL")]
     notes = []
     for target in plan.status.targets:
         label = f"{target.kind} {target.namespace}/{target.name}"
@@ -31,14 +34,35 @@ def render_plan(gathered: Gathered, plan: Plan) -> str:
         for container in target.containers or ():
             action = changes.get((label, container.name), idle)
             desired = container.desired[:19] + "…" if container.desired else "unknown"
-            rows.append((label, container.name, _short(container.live), desired, action))
+            pull = container.pull_policy or "-"
+            rows.append((label, container.name, _short(container.live), desired, action, pull))
         if not target.containers:
-            rows.append((label, "-", "-", "-", str(target.phase)))
+            rows.append((label, "-", "-", "-", str(target.phase), "-"))
         notes.append(f"{label}: {target.phase}: {target.message}")
-    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    notes += [
+        f"warning: {target.kind} {target.namespace}/{target.name} container {c.name!r} has "
+        "imagePullPolicy Always: not offline-safe (a restart needs the registry); set "
+        "IfNotPresent"
+        for target in plan.status.targets
+        for c in target.containers
+        if c.pull_policy == ALWAYS
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(6)]
     table = "\n".join(
         "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows
     )
     policy = gathered.tick.policy
     header = f"ImageRefreshPolicy {policy.namespace}/{policy.name} (nothing was changed)"
     return "\n".join([header, "", table, "", *notes])
+
+
+def render_findings(findings: list[Finding]) -> str:
+    """A table of kind, workload, container and image, then each finding's detail."""
+    rows = [("FINDING", "WORKLOAD", "CONTAINER", "IMAGE")]
+    rows += [(str(f.kind), f.workload, f.container, f.image) for f in findings]
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    table = [
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows
+    ]
+    details = [f"{f.workload} {f.container}: {f.detail}" for f in findings]
+    return "\n".join([*table, "", *details])
