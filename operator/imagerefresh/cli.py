@@ -2,7 +2,8 @@
 
 ``run`` starts the operator; ``plan`` shows what its next tick would do, changing nothing;
 ``reset`` clears a lock; ``resolve`` asks a registry for a tag's digest exactly as the operator
-does, so an SRE can see what a tick would pin and what the registry says about the pull budget.
+does, so an SRE can see what a tick would pin and what the registry says about the pull budget;
+``migrate-cronjob`` replaces an edge's image-refresh CronJob with a policy.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import logging
 import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import NoReturn
 
@@ -31,9 +32,12 @@ from imagerefresh.credentials import (
 from imagerefresh.handlers import Runtime, build_registry
 from imagerefresh.health import serve_health
 from imagerefresh.kube.api import KubeApi
+from imagerefresh.kube.edge import EdgeApi
 from imagerefresh.kube.errors import KubeError
 from imagerefresh.logs import LogFormat, configure_logging
 from imagerefresh.metrics import Metrics
+from imagerefresh.migration import MigrationRefused
+from imagerefresh.models import parse_duration
 from imagerefresh.planner import NamespacePolicy, Plan
 from imagerefresh.ratelimit import RateLimitLedger
 from imagerefresh.reference import InvalidReference, parse
@@ -43,6 +47,7 @@ from imagerefresh.runtime.config import OperatorConfig, parse_namespace_pairs
 from imagerefresh.runtime.election import ElectionTimings, Elector, default_identity
 from imagerefresh.runtime.events import EventRecorder
 from imagerefresh.runtime.gather import RESET_ANNOTATION, Gathered, PolicyUnreadable
+from imagerefresh.runtime.migrate import Migrator
 from imagerefresh.runtime.render import render_plan
 from imagerefresh.runtime.ticker import PolicyTicker
 
@@ -543,3 +548,65 @@ def reset(policy: str, kubeconfig: str | None) -> None:
         f"reset requested for {namespace}/{name} ({RESET_ANNOTATION}={value}); "
         "the operator honours it on its next tick, which it starts at once"
     )
+
+
+def _interval(_ctx: click.Context, _param: click.Parameter, value: str | None) -> timedelta | None:
+    if value is None:
+        return None
+    try:
+        return parse_duration(value)
+    except ValueError as error:
+        raise click.BadParameter(str(error)) from error
+
+
+@main.command("migrate-cronjob")
+@click.argument("cronjob", metavar="NAMESPACE/NAME")
+@click.option("--apply", "mode", flag_value="apply", help="Create the policy, suspend the CronJob.")
+@click.option("--revert", "mode", flag_value="revert", help="Undo --apply.")
+@click.option(
+    "--interval",
+    callback=_interval,
+    metavar="D",
+    help="The policy's tick period, for a schedule without a fixed one (Go duration: 15m).",
+)
+@click.option("--policy-name", default=None, help="The policy's name (default: the CronJob's).")
+@click.option(
+    "--job-wait",
+    default=300.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="Seconds --apply waits for a refresh Job still running before it stops.",
+)
+@kubeconfig_option
+def migrate_cronjob(
+    cronjob: str,
+    mode: str | None,
+    interval: timedelta | None,
+    policy_name: str | None,
+    job_wait: float,
+    kubeconfig: str | None,
+) -> None:
+    """Replace an edge's image-refresh CronJob with an ImageRefreshPolicy (SPEC §10).
+
+    Dry by default: prints the policy, the chart values that install it, and the state carried
+    over. Runs with your kubeconfig (it reads and suspends the CronJob, creates the policy).
+    """
+    namespace, name = _target(cronjob)
+    try:
+        migrator = Migrator(
+            EdgeApi(KubeApi.from_environment(kubeconfig).api_client),
+            namespace,
+            name,
+            policy_name=policy_name,
+            interval=interval,
+            job_wait=job_wait,
+            say=click.echo,
+        )
+        if mode == "apply":
+            migrator.apply()
+        elif mode == "revert":
+            migrator.revert()
+        else:
+            migrator.dry_run()
+    except (KubeError, MigrationRefused) as error:
+        raise click.ClickException(str(error)) from error

@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from imagerefresh.reference import parse
+
 from support.operator_env import kwok_pod_template
 
 Json = dict[str, Any]
@@ -56,7 +58,7 @@ class Edge:
         return template
 
     def _repo(self, image: str) -> str:
-        return self.image(image).split("@")[0].rsplit(":", 1)[0]
+        return parse(self.image(image)).repository
 
     def jobs_manager(self) -> Json:
         name = f"{self.release}-jobs-manager"
