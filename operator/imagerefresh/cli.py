@@ -577,6 +577,12 @@ def _interval(_ctx: click.Context, _param: click.Parameter, value: str | None) -
     type=click.FloatRange(min=0),
     help="Seconds --apply waits for a refresh Job still running before it stops.",
 )
+@click.option(
+    "--helm-release",
+    default="imagerefresh",
+    show_default=True,
+    help="The operator chart's release (in the CronJob's namespace) that adopts the policy.",
+)
 @kubeconfig_option
 def migrate_cronjob(
     cronjob: str,
@@ -584,6 +590,7 @@ def migrate_cronjob(
     interval: timedelta | None,
     policy_name: str | None,
     job_wait: float,
+    helm_release: str,
     kubeconfig: str | None,
 ) -> None:
     """Replace an edge's image-refresh CronJob with an ImageRefreshPolicy (SPEC §10).
@@ -600,6 +607,7 @@ def migrate_cronjob(
             policy_name=policy_name,
             interval=interval,
             job_wait=job_wait,
+            helm_release=helm_release,
             say=click.echo,
         )
         if mode == "apply":

@@ -453,12 +453,10 @@ def plan_migration(
                 f"{ref} container {entry.container}: pinned to {running.digest} "
                 f"({_PINNED_ENV[entry.image]}=1, the digest its template carries)"
             )
+        home = {"namespace": ref.namespace} if ref.namespace != settings.namespace else {}
         target = targets.setdefault(
-            entry.workload,
-            {"kind": ref.kind, "name": ref.name, "containers": []},
+            entry.workload, {"kind": ref.kind, "name": ref.name, **home, "containers": []}
         )
-        if ref.namespace != settings.namespace:
-            target["namespace"] = ref.namespace
         target["containers"].append(declared)
     if settings.mirror:
         warnings.append(

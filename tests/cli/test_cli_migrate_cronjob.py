@@ -17,6 +17,7 @@ import yaml
 
 from support.cluster_env import Cluster, eventually
 from support.edge import Edge
+from support.helm_env import CHART, helm
 from support.operator_env import IMAGEREFRESH, Operator
 from support.registry_env import ImagePusher
 
@@ -222,6 +223,23 @@ def test_an_edge_switches_with_one_command_and_the_operator_adopts_it_without_a_
         cronjob(cluster, ns)["metadata"]["resourceVersion"]
         == (suspended["metadata"]["resourceVersion"])
     )
+
+    # The operator's chart installed with the printed values adopts the policy --apply made:
+    # the same object (uid), its status kept — no second policy, no lost state.
+    adopted = helm(
+        "install",
+        "imagerefresh",
+        str(CHART),
+        "--namespace",
+        ns,
+        values={**values, "replicaCount": 0},
+        env=cluster.env,
+    )
+    assert adopted.returncode == 0, adopted.stderr
+    owned = cluster.get("irp", POLICY, "-n", ns)
+    assert owned["metadata"]["uid"] == created["metadata"]["uid"]
+    assert owned["metadata"]["annotations"]["meta.helm.sh/release-name"] == "imagerefresh"
+    assert {t["name"] for t in owned["status"]["targets"]} == set(current)
 
     # --revert: the policy goes, the CronJob runs again; the workloads stay as they are.
     reverted = ok(cluster, f"{ns}/{CRONJOB}", "--revert")

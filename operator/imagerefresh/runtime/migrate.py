@@ -47,7 +47,11 @@ __all__ = ["MIGRATED_TO", "MIGRATION", "SUSPENDED_BY", "Migrator"]
 MIGRATED_TO = "images.tracebloc.io/migrated-to"  # on the CronJob: "<ns>/<policy> <uid>"
 SUSPENDED_BY = "images.tracebloc.io/suspended-by"  # on the CronJob, when we suspended it
 MIGRATION = "images.tracebloc.io/migration"  # on the policy: pending until its status is written
-MANAGED_BY = {"app.kubernetes.io/managed-by": "imagerefresh-migrate"}
+# Helm's ownership metadata: `helm install` of the operator's chart with the printed values then
+# adopts the policy --apply created (same object: uid and status kept) instead of failing.
+HELM_LABELS = {"app.kubernetes.io/managed-by": "Helm"}
+HELM_RELEASE = "meta.helm.sh/release-name"
+HELM_NAMESPACE = "meta.helm.sh/release-namespace"
 _STATUS_RETRIES = 5
 
 
@@ -61,6 +65,7 @@ class Migrator:
     policy_name: str | None = None
     interval: timedelta | None = None
     job_wait: float = 300.0
+    helm_release: str = "imagerefresh"  # the operator chart's release that may adopt the policy
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     sleep: Callable[[float], None] = time.sleep
     say: Callable[[str], None] = print
@@ -228,10 +233,12 @@ class Migrator:
             **migration.policy,
             "metadata": {
                 **migration.policy["metadata"],
-                "labels": dict(MANAGED_BY),
+                "labels": dict(HELM_LABELS),
                 "annotations": {
                     **migration.policy["metadata"]["annotations"],
                     MIGRATION: "pending",
+                    HELM_RELEASE: self.helm_release,
+                    HELM_NAMESPACE: self.namespace,
                 },
             },
             # Suspended until its carried status is written: the operator touches no workload.
