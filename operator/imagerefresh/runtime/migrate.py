@@ -30,7 +30,7 @@ from typing import Any
 import yaml
 
 from imagerefresh.kube.edge import EdgeApi
-from imagerefresh.kube.errors import KubeError, ResourceConflict
+from imagerefresh.kube.errors import KubeError, NotFound, ResourceConflict
 from imagerefresh.migration import (
     EDGE_SUSPEND_VALUE,
     EDGE_SUSPEND_WHY,
@@ -244,7 +244,14 @@ class Migrator:
             # Suspended until its carried status is written: the operator touches no workload.
             "spec": {**migration.policy["spec"], "suspend": True},
         }
-        created = self.api.create_policy(policy)
+        try:
+            created = self.api.create_policy(policy)
+        except NotFound as error:
+            raise MigrationRefused(
+                f"{error}: the ImageRefreshPolicy CRD is not installed; apply it first (kubectl "
+                "apply --server-side -f crds/imagerefreshpolicies.images.tracebloc.io.yaml) and "
+                "run --apply again"
+            ) from error
         self.say(
             f"created ImageRefreshPolicy {self.namespace}/{self.policy}, suspended until its "
             "carried status is written"
