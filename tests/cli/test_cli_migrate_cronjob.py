@@ -282,6 +282,9 @@ def test_a_migrated_flap_lockout_keeps_every_target_untouched_until_a_reset(
 
     applied = ok(cluster, f"{ns}/{CRONJOB}", "--apply")
     assert "every target Locked, as the CronJob was" in applied
+    assert f"carried: flap lockout (tracebloc.io/refresh-flap-detected=3 on Deployment {ns}/" in (
+        applied
+    )
     carried = targets(cluster, ns)
     assert set(carried) == {"r-jobs-manager", "r-requests-proxy", "r-resource-monitor"}
     for status in carried.values():
