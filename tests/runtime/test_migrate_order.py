@@ -222,3 +222,13 @@ def test_revert_refuses_a_policy_replaced_since() -> None:
     with pytest.raises(MigrationRefused, match="not the object --apply created"):
         migrator(api, said).revert()
     assert api.policy is not None
+
+
+def test_no_such_cronjob_is_named_and_nothing_is_written() -> None:
+    api, said = Recorder(edge()), []
+    api.cronjob = None  # type: ignore[assignment]
+    for run in (migrator(api, said).apply, migrator(api, said).dry_run, migrator(api, said).revert):
+        with pytest.raises(MigrationRefused) as caught:
+            run()
+        assert str(caught.value).startswith("no CronJob tracebloc/r-image-refresh: name the edge's")
+    assert api.writes == []
