@@ -539,3 +539,257 @@ def test_the_first_tick_on_a_migrated_lockout_refreshes_nothing_until_a_reset() 
     # The same tick without the lockout refreshes all three: the lock is what held them.
     _, unlocked = _first_tick(migrate(edge()), edge())
     assert len(unlocked.patches) == 3
+
+
+# --- every word a site engineer reads ------------------------------------------------------------
+
+
+def test_the_policy_object_is_complete_and_records_what_was_carried() -> None:
+    m = migrate(edge(state={"tracebloc.io/refresh-skip-streak": "2"}))
+    assert {k: v for k, v in m.policy.items() if k != "spec"} == {
+        "apiVersion": "images.tracebloc.io/v1alpha1",
+        "kind": "ImageRefreshPolicy",
+        "metadata": {
+            "name": "r-image-refresh",
+            "namespace": NS,
+            "annotations": {
+                "images.tracebloc.io/migrated-from": "CronJob/tracebloc/r-image-refresh",
+                "images.tracebloc.io/migrated-state": (
+                    "tracebloc.io/refresh-skip-streak=2 on Deployment tracebloc/r-jobs-manager: "
+                    "skipStreak 2 of 8 on the jobs-manager target"
+                ),
+            },
+        },
+    }
+    assert migrate(edge()).policy["metadata"]["annotations"][
+        "images.tracebloc.io/migrated-state"
+    ] == ("no state to carry")
+    state = {"tracebloc.io/refresh-flap-detected": "3", "tracebloc.io/refresh-skip-streak": "1"}
+    summary = migrate(edge(state=state)).policy["metadata"]["annotations"][
+        "images.tracebloc.io/migrated-state"
+    ]
+    assert summary == "; ".join(migrate(edge(state=state)).carried)
+    assert len(summary) <= 2048
+
+
+def test_each_carried_targets_message_says_where_its_state_came_from() -> None:
+    state = {
+        "tracebloc.io/refresh-attempt": "1",
+        "tracebloc.io/refresh-skip-streak": "2",
+        "tracebloc.io/last-refreshed-jobs-manager-digest": D1,
+    }
+    origin = "migrated from the image-refresh CronJob tracebloc/r-image-refresh"
+    taking = "the operator takes over once it is unsuspended"
+    status = targets(migrate(pinned_edge(state=state)))
+    assert status["r-jobs-manager"]["message"] == (
+        f"{origin}; {taking}; skipStreak 2 from tracebloc.io/refresh-skip-streak; lastGood from "
+        "its last-refreshed-*-digest annotations; refreshAttempts 1 from "
+        "tracebloc.io/refresh-attempt"
+    )
+    assert status["r-resource-monitor"]["message"] == (
+        f"{origin}; {taking}; refreshAttempts 1 from tracebloc.io/refresh-attempt"
+    )
+    assert migrate(edge()).carried == ()
+    assert migrate(pinned_edge(state=state)).carried == (
+        "tracebloc.io/refresh-attempt=1 on Deployment tracebloc/r-jobs-manager (one counter for "
+        "all images): refreshAttempts 1 of 3 on every target",
+        "tracebloc.io/refresh-skip-streak=2 on Deployment tracebloc/r-jobs-manager: skipStreak 2 "
+        "of 8 on the jobs-manager target",
+        "tracebloc.io/last-refreshed-jobs-manager-digest → lastGood of Deployment "
+        "tracebloc/r-jobs-manager container api",
+        "tracebloc.io/last-refreshed-jobs-manager-digest → lastGood of Deployment "
+        "tracebloc/r-requests-proxy container proxy",
+    )
+
+
+def test_a_pinned_image_is_listed_as_carried_with_its_flag() -> None:
+    m = migrate(pinned_edge(env={"RESOURCE_MONITOR_PINNED": "1"}))
+    assert m.carried == (
+        "DaemonSet tracebloc-node-agents/r-resource-monitor container "
+        f"tracebloc-resource-monitor: pinned to {D3} (RESOURCE_MONITOR_PINNED=1, the digest its "
+        "template carries)",
+    )
+
+
+def test_a_lockout_with_a_garbage_value_quotes_it_in_the_message() -> None:
+    m = migrate(edge(state={"tracebloc.io/refresh-flap-detected": "yes"}))
+    assert m.carried[0].startswith("flap lockout (tracebloc.io/refresh-flap-detected='yes' on ")
+
+
+def test_a_garbage_digest_does_not_stop_the_next_image_from_being_carried() -> None:
+    state = {
+        "tracebloc.io/last-refreshed-jobs-manager-digest": "nope",
+        "tracebloc.io/last-refreshed-pods-monitor-digest": D2,
+    }
+    m = migrate(pinned_edge(state=state))
+    assert targets(m)["r-jobs-manager"]["lastGood"] == {
+        "pods-monitor-container": f"docker.io/tracebloc/pods-monitor@{D2}"
+    }
+    assert m.warnings == (
+        "annotation tracebloc.io/last-refreshed-jobs-manager-digest='nope' is not a digest: "
+        "ignored",
+    )
+
+
+def test_the_warning_for_a_digest_recorded_but_never_written_is_whole() -> None:
+    m = migrate(edge(state={"tracebloc.io/last-refreshed-pods-monitor-digest": D2}))
+    assert m.warnings == (
+        f"tracebloc.io/last-refreshed-pods-monitor-digest={D2[:19]}… not carried to Deployment "
+        "tracebloc/r-jobs-manager container pods-monitor-container: its template runs "
+        "tracebloc/pods-monitor:prod, so the CronJob recorded that digest without writing it "
+        "there (as it does on its first observation, or before a chart upgrade re-rendered the "
+        "tag); the operator compares the pods' digests itself",
+    )
+
+
+def test_the_mirror_and_pull_secret_warnings_are_whole() -> None:
+    e = edge(registry="mirror.example.com")
+    workloads = e.workloads()
+    workloads["requests-proxy"]["spec"]["template"]["spec"]["imagePullSecrets"] = [
+        {"name": ""},
+        "junk",
+        {"other": "x"},
+    ]
+    m = plan_migration(settings_of(e), workloads, policy_name="p", now=T0)
+    assert m.warnings == (
+        "IMAGE_REGISTRY is mirror.example.com, a mirror: the CronJob resolved digests from "
+        "docker.io and went inert here, and the edge chart rendered these containers "
+        "imagePullPolicy: Always (its pull-policy helper gives a mirror Always), so they were "
+        "not offline-safe. The policy tracks the mirror's repositories "
+        "(mirror.example.com/tracebloc/…) and pins digests the mirror itself holds",
+        "Deployment tracebloc/r-requests-proxy name no imagePullSecrets in their pod templates: "
+        "the operator then uses their ServiceAccount's; list those secrets in "
+        "rbac.pullSecrets.names too (kubectl get serviceaccount -o yaml)",
+    )
+
+
+def test_several_workloads_without_pull_secrets_are_listed_together() -> None:
+    e = edge()
+    workloads = e.workloads()
+    for role in ("jobs-manager", "resource-monitor"):
+        del workloads[role]["spec"]["template"]["spec"]["imagePullSecrets"]
+    (warning,) = plan_migration(settings_of(e), workloads, policy_name="p", now=T0).warnings
+    assert warning.startswith(
+        "Deployment tracebloc/r-jobs-manager, DaemonSet tracebloc-node-agents/r-resource-monitor "
+        "name no imagePullSecrets"
+    )
+
+
+def test_a_container_the_chart_runs_as_an_init_container_is_found() -> None:
+    e = edge()
+    workloads = e.workloads()
+    pod_spec = workloads["jobs-manager"]["spec"]["template"]["spec"]
+    sidecar = pod_spec["containers"].pop()
+    pod_spec["initContainers"] = [sidecar]
+    m = plan_migration(settings_of(e), workloads, policy_name="p", now=T0)
+    names = [c["name"] for c in m.policy["spec"]["targets"][0]["containers"]]
+    assert names == ["api", "pods-monitor-container"]
+
+
+@pytest.mark.parametrize(
+    ("value", "accepted"),
+    [("1", True), ("1000000", True), ("1000001", False), ("0", False), ("01", True)],
+)
+def test_counters_in_env_are_bounded(value: str, accepted: bool) -> None:
+    e = edge(env={"MAX_SKIP_TICKS": value})
+    if accepted:
+        assert migrate(e).policy["spec"]["maxSkipTicks"] == int(value)
+    else:
+        assert refusal(e) == (
+            f"env MAX_SKIP_TICKS={value!r} of CronJob tracebloc/r-image-refresh is not a positive "
+            "whole number; fix it in the edge chart's values, or migrate by hand"
+        )
+
+
+@pytest.mark.parametrize(("value", "carried"), [("1000000", True), ("1000001", False)])
+def test_counters_in_annotations_are_bounded(value: str, carried: bool) -> None:
+    m = migrate(edge(state={"tracebloc.io/refresh-skip-streak": value}))
+    assert ("skipStreak" in targets(m)["r-jobs-manager"]) is carried
+
+
+def test_an_annotation_of_exactly_the_bound_is_read_and_one_past_is_not() -> None:
+    at, past = " " * 255 + "5", " " * 256 + "5"  # surrounding blanks are trimmed
+    assert (
+        targets(migrate(edge(state={"tracebloc.io/refresh-attempt": at})))["r-jobs-manager"][
+            "refreshAttempts"
+        ]
+        == 5
+    )
+    assert (
+        migrate(edge(state={"tracebloc.io/refresh-attempt": past}))
+        .warnings[0]
+        .endswith("is not a count: ignored")
+    )
+
+
+def test_env_entries_without_a_name_are_skipped_and_missing_pins_mean_unpinned() -> None:
+    cronjob = edge().cronjob()
+    container = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
+    container["env"] = [
+        {"value": "x"},
+        "junk",
+        *(e for e in container["env"] if not e["name"].endswith("_PINNED")),
+    ]
+    settings = read_cronjob(cronjob)
+    assert dict(settings.pinned) == {
+        "jobs-manager": False,
+        "pods-monitor": False,
+        "resource-monitor": False,
+    }
+
+
+def test_a_pin_flag_refusal_is_whole() -> None:
+    assert refusal(edge(env={"JOBS_MANAGER_PINNED": "yes"})) == (
+        "env JOBS_MANAGER_PINNED='yes' of CronJob tracebloc/r-image-refresh is neither 0 nor 1; "
+        "fix the edge chart's values"
+    )
+
+
+def test_minute_59_and_the_default_cronjob_name_in_refusals() -> None:
+    assert interval_of("59 * * * *") == timedelta(hours=1)
+    assert interval_of("*/30 * * * *") == timedelta(minutes=30)
+    with pytest.raises(MigrationRefused) as caught:
+        interval_of("0 3 * * *")
+    assert str(caught.value) == (
+        "the schedule '0 3 * * *' of the CronJob has no fixed period (only evenly spaced "
+        "minutes every hour of every day do, such as '*/15 * * * *' or '7,22,37,52 * * * *'); "
+        "give the policy's tick period with --interval, e.g. --interval 15m"
+    )
+    assert refusal(edge(schedule="@daily")).startswith(
+        "the schedule '@daily' of CronJob tracebloc/r-image-refresh has no fixed period"
+    )
+
+
+def test_refusals_about_workloads_are_whole() -> None:
+    e = edge()
+    workloads: dict[str, Any] = {**e.workloads(), "requests-proxy": None}
+    with pytest.raises(MigrationRefused) as caught:
+        plan_migration(settings_of(e), workloads, policy_name="p", now=T0)
+    assert str(caught.value) == (
+        "the workloads CronJob tracebloc/r-image-refresh refreshes are absent: Deployment "
+        "tracebloc/r-requests-proxy (named by its env); check the release's namespace and names, "
+        "or remove the CronJob's stale env by upgrading the edge chart"
+    )
+    workloads = e.workloads()
+    workloads["requests-proxy"]["spec"]["template"]["spec"]["containers"][0]["name"] = "other"
+    with pytest.raises(MigrationRefused) as caught:
+        plan_migration(settings_of(e), workloads, policy_name="p", now=T0)
+    assert str(caught.value) == (
+        "Deployment tracebloc/r-requests-proxy has no container 'proxy', which the CronJob "
+        "refreshes with the jobs-manager image; the workload is not the edge chart's: fix it "
+        "(helm upgrade) or migrate by hand"
+    )
+    workloads = e.workloads()
+    del workloads["requests-proxy"]["spec"]["template"]["spec"]["containers"][0]["image"]
+    with pytest.raises(MigrationRefused) as caught:
+        plan_migration(settings_of(e), workloads, policy_name="p", now=T0)
+    assert str(caught.value).startswith(
+        "container 'proxy' of Deployment tracebloc/r-requests-proxy runs an unreadable image ("
+    )
+    assert str(caught.value).endswith("); fix the workload")
+    assert refusal(edge(images={"pods-monitor": "tracebloc/other:prod"})) == (
+        "container 'pods-monitor-container' of Deployment tracebloc/r-jobs-manager runs "
+        "docker.io/tracebloc/other, not docker.io/tracebloc/pods-monitor that the CronJob "
+        "refreshes (IMAGE_REGISTRY=docker.io); the operator never changes repositories — fix the "
+        "workload (helm upgrade) or the CronJob's IMAGE_REGISTRY first"
+    )
