@@ -708,13 +708,9 @@ def test_counters_in_annotations_are_bounded(value: str, carried: bool) -> None:
 
 
 def test_an_annotation_of_exactly_the_bound_is_read_and_one_past_is_not() -> None:
-    at, past = " " * 255 + "5", " " * 256 + "5"  # surrounding blanks are trimmed
-    assert (
-        targets(migrate(edge(state={"tracebloc.io/refresh-attempt": at})))["r-jobs-manager"][
-            "refreshAttempts"
-        ]
-        == 5
-    )
+    at, past = " " * 255 + "2", " " * 256 + "2"  # surrounding blanks are trimmed
+    read = targets(migrate(edge(state={"tracebloc.io/refresh-attempt": at})))
+    assert read["r-jobs-manager"]["refreshAttempts"] == 2
     assert (
         migrate(edge(state={"tracebloc.io/refresh-attempt": past}))
         .warnings[0]
