@@ -789,3 +789,77 @@ def test_refusals_about_workloads_are_whole() -> None:
         "refreshes (IMAGE_REGISTRY=docker.io); the operator never changes repositories — fix the "
         "workload (helm upgrade) or the CronJob's IMAGE_REGISTRY first"
     )
+
+
+def test_an_older_charts_env_gets_the_cronjobs_defaults_each_said() -> None:
+    cronjob = edge().cronjob()
+    container = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
+    names = ("DEPLOYMENT_NAME", "REQUESTS_PROXY_DEPLOYMENT", "RESOURCE_MONITOR_DAEMONSET")
+    container["env"] = [e for e in container["env"] if e["name"] in names]
+    settings = read_cronjob(cronjob)
+    assert (
+        settings.registry,
+        settings.tag,
+        settings.rollout_timeout,
+        settings.max_refresh_attempts,
+        settings.max_skip_ticks,
+        settings.workloads["resource-monitor"].namespace,
+    ) == ("docker.io", "prod", timedelta(minutes=10), 3, 8, AGENTS)
+    assert settings.warnings == (
+        "env NODE_AGENTS_NAMESPACE is not set: the resource-monitor DaemonSet is looked up in "
+        "tracebloc-node-agents, the chart's default",
+        "env IMAGE_REGISTRY is not set: docker.io, the CronJob's default, is used",
+        "env IMAGE_TAG is not set: prod, the CronJob's default, is used",
+    )
+
+
+def test_the_refusals_of_a_cronjob_are_whole() -> None:
+    cronjob = edge().cronjob()
+    pod_spec = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    env = pod_spec["containers"][0]["env"]
+    env.append({"name": "IMAGE_TAG", "valueFrom": {}})
+    with pytest.raises(MigrationRefused) as caught:
+        read_cronjob(cronjob)
+    assert str(caught.value) == (
+        "env IMAGE_TAG of CronJob tracebloc/r-image-refresh is not a literal value (valueFrom): "
+        "it cannot be read here; set it as a literal in the edge chart's values, or migrate by "
+        "hand (README: Migrating from the image-refresh CronJob)"
+    )
+    env[:] = [e for e in env if e["name"] != "DEPLOYMENT_NAME"]
+    env.pop()
+    with pytest.raises(MigrationRefused) as caught:
+        read_cronjob(cronjob)
+    assert str(caught.value) == (
+        "CronJob tracebloc/r-image-refresh does not name its workloads: env DEPLOYMENT_NAME "
+        "missing from container 'refresh' (chart 1.9.x renders all three); upgrade the edge "
+        "chart first, or migrate by hand"
+    )
+    env.append({"name": "DEPLOYMENT_NAME", "value": "r-jobs-manager"})
+    env.append({"name": "NODE_AGENTS_NAMESPACE", "value": "Bad"})
+    with pytest.raises(MigrationRefused) as caught:
+        read_cronjob(cronjob)
+    assert str(caught.value) == (
+        "env RESOURCE_MONITOR_DAEMONSET='r-resource-monitor' (namespace 'Bad') of CronJob "
+        "tracebloc/r-image-refresh is not a Kubernetes object name; fix the CronJob"
+    )
+    pod_spec["containers"] = []
+    with pytest.raises(MigrationRefused) as caught:
+        read_cronjob(cronjob)
+    assert str(caught.value) == (
+        "CronJob tracebloc/r-image-refresh has no container 'refresh' (it has: none): it is not "
+        "the edge chart's image-refresh CronJob; name the right one (kubectl get cronjob -A)"
+    )
+    pod_spec["containers"] = [{"name": "a"}, {"name": "b"}]
+    with pytest.raises(MigrationRefused, match=r"\(it has: a, b\)"):
+        read_cronjob(cronjob)
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [("x" * 40, repr("x" * 40)), ("x" * 41, repr("x" * 40 + "…")), ("a\nb", repr("a?b"))],
+)
+def test_an_untrusted_value_is_quoted_short_and_printable(value: str, shown: str) -> None:
+    assert refusal(edge(env={"JOBS_MANAGER_PINNED": value})) == (
+        f"env JOBS_MANAGER_PINNED={shown} of CronJob tracebloc/r-image-refresh is neither 0 nor "
+        "1; fix the edge chart's values"
+    )

@@ -85,7 +85,6 @@ class WorkloadRef:
     kind: str
     namespace: str
     name: str
-    env: str  # the CronJob env var that names it
 
     def __str__(self) -> str:
         return f"{self.kind} {self.namespace}/{self.name}"
@@ -113,7 +112,6 @@ class CronJobSettings:
 
     namespace: str
     name: str
-    uid: str
     schedule: str
     suspended: bool
     workloads: Mapping[str, WorkloadRef]  # "jobs-manager" | "requests-proxy" | "resource-monitor"
@@ -255,7 +253,7 @@ def read_cronjob(cronjob: Mapping[str, Any]) -> CronJobSettings:
                 f"env {var}={_shown(env[var])} (namespace {_shown(home)}) of CronJob {where} is "
                 "not a Kubernetes object name; fix the CronJob"
             )
-        workloads[role] = WorkloadRef(kind, home, env[var], var)
+        workloads[role] = WorkloadRef(kind, home, env[var])
     registry = env.get("IMAGE_REGISTRY") or DEFAULT_DOMAIN
     tag = env.get("IMAGE_TAG") or "prod"
     try:
@@ -283,7 +281,6 @@ def read_cronjob(cronjob: Mapping[str, Any]) -> CronJobSettings:
     return CronJobSettings(
         namespace=namespace,
         name=name,
-        uid=str(metadata.get("uid") or ""),
         schedule=str(spec.get("schedule") or ""),
         suspended=spec.get("suspend") is True,
         workloads=workloads,
