@@ -1,9 +1,11 @@
 """The ``imagerefresh`` command line.
 
 ``run`` starts the operator; ``plan`` shows what its next tick would do, changing nothing;
-``reset`` clears a lock; ``audit`` lists what no policy covers; ``resolve`` asks a registry
-for a tag's digest exactly as the operator does, so an SRE can see what a tick would pin and
-what the registry says about the pull budget.
+``reset`` clears a lock; ``refresh-now`` ticks a policy at once (``--outside-window``: a refresh
+outside its windows, once); ``audit`` lists what no policy covers; ``migrate-cronjob`` replaces an
+edge's image-refresh CronJob with a policy; ``resolve`` asks a registry for a tag's digest
+exactly as the operator does, so an SRE can see what a tick would pin and what the registry
+says about the pull budget.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import logging
 import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import NoReturn
 
@@ -33,9 +35,12 @@ from imagerefresh.credentials import (
 from imagerefresh.handlers import REFRESH_NOW_ANNOTATION, Runtime, build_registry
 from imagerefresh.health import serve_health
 from imagerefresh.kube.api import KubeApi
+from imagerefresh.kube.edge import EdgeApi
 from imagerefresh.kube.errors import KubeError
 from imagerefresh.logs import LogFormat, configure_logging
 from imagerefresh.metrics import Metrics
+from imagerefresh.migration import MigrationRefused
+from imagerefresh.models import parse_duration
 from imagerefresh.planner import NamespacePolicy, Plan
 from imagerefresh.planner.windows import WINDOW_OVERRIDE_ANNOTATION
 from imagerefresh.ratelimit import RateLimitLedger
@@ -47,6 +52,7 @@ from imagerefresh.runtime.coverage import AuditUnreadable, read_coverage
 from imagerefresh.runtime.election import ElectionTimings, Elector, default_identity
 from imagerefresh.runtime.events import EventRecorder
 from imagerefresh.runtime.gather import RESET_ANNOTATION, Gathered, PolicyUnreadable
+from imagerefresh.runtime.migrate import Migrator
 from imagerefresh.runtime.render import render_findings, render_plan
 from imagerefresh.runtime.ticker import PolicyTicker
 
@@ -625,3 +631,73 @@ def audit(
         err=True,
     )
     sys.exit(1 if findings else 0)
+
+
+def _interval(_ctx: click.Context, _param: click.Parameter, value: str | None) -> timedelta | None:
+    if value is None:
+        return None
+    try:
+        return parse_duration(value)
+    except ValueError as error:
+        raise click.BadParameter(str(error)) from error
+
+
+@main.command("migrate-cronjob")
+@click.argument("cronjob", metavar="NAMESPACE/NAME")
+@click.option("--apply", "mode", flag_value="apply", help="Create the policy, suspend the CronJob.")
+@click.option("--revert", "mode", flag_value="revert", help="Undo --apply.")
+@click.option(
+    "--interval",
+    callback=_interval,
+    metavar="D",
+    help="The policy's tick period, for a schedule without a fixed one (Go duration: 15m).",
+)
+@click.option("--policy-name", default=None, help="The policy's name (default: the CronJob's).")
+@click.option(
+    "--job-wait",
+    default=300.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="Seconds --apply waits for a refresh Job still running before it stops.",
+)
+@click.option(
+    "--helm-release",
+    default="imagerefresh",
+    show_default=True,
+    help="The operator chart's release (in the CronJob's namespace) that adopts the policy.",
+)
+@kubeconfig_option
+def migrate_cronjob(
+    cronjob: str,
+    mode: str | None,
+    interval: timedelta | None,
+    policy_name: str | None,
+    job_wait: float,
+    helm_release: str,
+    kubeconfig: str | None,
+) -> None:
+    """Replace an edge's image-refresh CronJob with an ImageRefreshPolicy (SPEC §10).
+
+    Dry by default: prints the policy, the chart values that install it, and the state carried
+    over. Runs with your kubeconfig (it reads and suspends the CronJob, creates the policy).
+    """
+    namespace, name = _target(cronjob)
+    try:
+        migrator = Migrator(
+            EdgeApi(KubeApi.from_environment(kubeconfig).api_client),
+            namespace,
+            name,
+            policy_name=policy_name,
+            interval=interval,
+            job_wait=job_wait,
+            helm_release=helm_release,
+            say=click.echo,
+        )
+        if mode == "apply":
+            migrator.apply()
+        elif mode == "revert":
+            migrator.revert()
+        else:
+            migrator.dry_run()
+    except (KubeError, MigrationRefused) as error:
+        raise click.ClickException(str(error)) from error

@@ -256,6 +256,9 @@ def test_a_locked_target_says_what_it_sees_and_how_to_unlock_it(
     )
 
 
+WRITERS = "field manager 'argocd-controller', field manager 'kubectl-set'"
+
+
 def test_re_pinning_what_two_other_writers_moved_is_a_contested_attempt_naming_both() -> None:
     tick = Tick(spec(target("jobs-manager", api=JM, monitor=PM), maxRefreshAttempts=2))
     tick.run({JOBS: evidence(two_containers(f"{JM_REPO}@{D2}", f"{PM_REPO}@{D2}"))})
@@ -285,9 +288,12 @@ def test_re_pinning_what_two_other_writers_moved_is_a_contested_attempt_naming_b
         ]
         status = tick.target("jobs-manager")
         assert (status.phase, status.contested) == (phase, attempt)
+        if phase is Phase.REFRESHING:
+            assert status.message == (f"refreshing {PLAN}; contested by {WRITERS} (attempt 1 of 2)")
     assert [p.purpose for p in plan.patches] == []
     assert tick.target("jobs-manager").message == (
-        f"locked after 2 failed or contested refreshes (contested: {PLAN}); {RESET_HINT}"
+        f"locked after 2 failed or contested refreshes (contested by {WRITERS}: {PLAN}); "
+        f"{RESET_HINT}"
     )
 
 

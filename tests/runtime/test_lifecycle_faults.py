@@ -410,6 +410,7 @@ async def test_a_writer_reverting_our_pin_ends_locked_naming_it_not_rolling_fore
     assert phases == ["Refreshing", "Locked"]
     target = _target_status(cluster, ns)
     assert (target["refreshAttempts"], target["contested"]) == (2, 2)
+    assert "contested by field manager 'kubectl-set'" in target["message"]  # status outlives events
     assert _image(cluster, ns) == f"{repo}@{old}"  # locked: the operator stopped fighting
     ticker.events.wait_idle(30)
     events = cluster.get("events", "-n", ns, "--field-selector", "involvedObject.name=app")

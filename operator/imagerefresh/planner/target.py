@@ -565,19 +565,28 @@ class _Decision:
         if self.ctx.spec.dry_run:
             return self._finish(Phase.DRIFTED, f"dry run, would patch {plan}{note}")
         moved = self._moved_since_our_write(workload, drifted)
+        contest = ""
         if moved:
+            writers = self._writers(workload, moved)
             attempts = self._count_attempt(contested=True)
+            # The status message names the other writer too: events expire, status does not.
+            contest = (
+                f"; contested by {writers} (attempt {attempts} of "
+                f"{self.ctx.spec.max_refresh_attempts})"
+            )
             self._event(
                 "Warning",
                 reasons.CONTESTED,
-                f"{self._writers(workload, moved)} changed {', '.join(moved)} of "
+                f"{writers} changed {', '.join(moved)} of "
                 f"{self.key} away from what imagerefresh last wrote: re-pinning is contested "
                 f"attempt {attempts} of {self.ctx.spec.max_refresh_attempts}. Two writers on "
                 "one image end Locked: stop the other writer (a CronJob, GitOps self-heal, "
                 "another policy) or remove the target from this policy",
             )
             if self._locked:
-                return self._finish(Phase.LOCKED, self._locked_message(f"contested: {plan}"))
+                return self._finish(
+                    Phase.LOCKED, self._locked_message(f"contested by {writers}: {plan}")
+                )
         pins = {**self._adopted_tags(workload), **drifted}
         pending = PendingRefresh(
             images={
@@ -590,7 +599,7 @@ class _Decision:
         self.outcome.patch = self._patch(workload, pending)
         self._set(pending=pending)
         self._event("Normal", reasons.REFRESHING, f"patching {self.key}: {plan}")
-        return self._finish(Phase.REFRESHING, f"refreshing {plan}{note}")
+        return self._finish(Phase.REFRESHING, f"refreshing {plan}{contest}{note}")
 
     def _wait_for_window(self, plan: str, note: str) -> TargetOutcome:
         """Outside every refresh window: the refresh starts when the next one opens.
