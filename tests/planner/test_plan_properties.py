@@ -138,6 +138,7 @@ def scenario(draw: st.DrawFn) -> tuple[TickInput, dict[str, Any]]:
         *targets,
         maxRefreshAttempts=max_attempts,
         dryRun=draw(st.booleans()) and draw(st.booleans()),
+        lockstep=draw(st.booleans()),
     )
     reset = draw(st.sampled_from([None, None, "r1"]))
     facts["reset"] = reset is not None
@@ -271,3 +272,54 @@ def test_after_a_successful_refresh_replanning_plans_nothing_for_that_target(
         }:
             assert target.refresh_attempts == target.contested  # a success keeps contests
             assert target.pending is None
+
+
+def _on(status: TargetStatus, container: str, wanted: str) -> bool:
+    """Whether ``status`` says the container's template pins ``wanted`` or its pods run it."""
+    found = next((c for c in status.containers if c.name == container), None)
+    if found is None or found.live is None:
+        return False
+    live = parse(found.live)
+    if live.digest is not None:
+        return live.digest == wanted
+    return bool(found.running) and set(found.running) == {wanted}
+
+
+@SETTINGS
+@given(scenario())
+def test_with_lockstep_a_reference_moves_in_every_target_tracking_it_or_in_none(
+    case: tuple[TickInput, dict[str, Any]],
+) -> None:
+    tick = case[0]
+    spec_ = tick.policy.spec
+    if not spec_.lockstep:
+        return
+    plan = plan_tick(tick)
+    statuses = {t.name: t for t in plan.status.targets}
+    members: dict[str, list[tuple[str, str]]] = {}
+    for target in spec_.targets:
+        for container in target.containers:
+            members.setdefault(str(container.tracked), []).append((target.name, container.name))
+    written = {
+        (p.target.name, c.container): parse(c.image).digest
+        for p in plan.patches
+        if p.purpose is PatchPurpose.REFRESH
+        for c in p.changes
+    }
+    for group in members.values():
+        if len({name for name, _ in group}) < 2:
+            continue
+        moved = {written[m] for m in group if written.get(m) is not None}
+        for wanted in moved:
+            for name, container in group:
+                pending = statuses[name].pending
+                flying = (
+                    pending is not None
+                    and pending.purpose is PendingPurpose.REFRESH
+                    and pending.images.get(container, "").endswith(f"@{wanted}")
+                )
+                assert (
+                    written.get((name, container)) == wanted
+                    or flying
+                    or _on(statuses[name], container, wanted)
+                ), (name, container, statuses[name].phase, statuses[name].message)

@@ -185,6 +185,9 @@ class PolicySpec(ApiModel):
     rollback_on_failure: bool = True
     suspend: bool = False
     dry_run: bool = False
+    # True: the targets tracking one reference (pinned containers aside) start a refresh to a
+    # new digest in the same tick or not at all, and roll back together (planner.lockstep).
+    lockstep: bool = False
     pull_budget: PullBudgetSpec = PullBudgetSpec()
     targets: Annotated[tuple[TargetSpec, ...], Field(min_length=1)]
 

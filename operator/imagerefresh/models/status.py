@@ -125,6 +125,9 @@ class PendingRefresh(StatusModel):
     # (from startedAt until the first): kept here so it survives a restart or a new leader.
     progressed_at: Timestamp | None = None
     progress: ProgressMark | None = None
+    # With spec.lockstep, a refresh that settled while a peer tracking the same reference is
+    # still rolling out is not yet a success: when it settled (it has no deadline left to run).
+    settled_at: Timestamp | None = None
 
     @field_validator("images", "previous")
     @classmethod

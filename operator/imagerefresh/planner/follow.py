@@ -48,6 +48,8 @@ def in_flight(spec: PolicySpec, status: PolicyStatus, namespace: str) -> InFligh
         if target.pending is None or key not in timeouts:
             continue
         workloads.add(key)
+        if target.pending.settled_at is not None:
+            continue  # settled, waiting for its lockstep peers: no deadline of its own left
         since = target.pending.progressed_at or target.pending.started_at
         deadlines.append(since + timeouts[key] + _PAST_DEADLINE)
     return InFlight(frozenset(workloads), min(deadlines, default=None))

@@ -22,6 +22,7 @@ CONFLICT = "Conflict"
 FROZEN = "Frozen"
 LOCKED = "Locked"
 WAITING_FOR_WINDOW = "WaitingForWindow"  # a drifted target waits for its next refresh window
+LOCKSTEP_WAITING = "LockstepWaiting"  # a drifted target waits for a lockstep peer that cannot move
 
 # Events about the policy.
 RESET = "Reset"  # the reset annotation was honoured

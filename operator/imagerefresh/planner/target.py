@@ -57,6 +57,14 @@ from imagerefresh.planner.evidence import (
     Workload,
 )
 from imagerefresh.planner.guard import unsafe_changes
+from imagerefresh.planner.lockstep import (
+    NO_ORDERS,
+    Judged,
+    LockstepOrders,
+    LockstepReport,
+    Result,
+    held_message,
+)
 from imagerefresh.planner.windows import OPEN, WINDOW_OVERRIDE_ANNOTATION, WindowState
 from imagerefresh.ratelimit import BudgetSnapshot
 from imagerefresh.reference import InvalidReference, parse, registry_host
@@ -87,6 +95,14 @@ class TargetOutcome:
     window_opens: datetime | None = None  # the refresh waits for the window opening then
     degraded: bool = False
     rate_limited: bool = False
+    # For the lockstep rules (planner.lockstep): what this decision moved, found, judged.
+    starting: dict[str, str] = field(default_factory=dict)  # container → digest it now pins
+    current: dict[str, str] = field(default_factory=dict)  # container → digest it runs
+    judged: Judged | None = None
+
+    @property
+    def report(self) -> LockstepReport:
+        return LockstepReport(self.starting, self.current, self.judged)
 
 
 _CLOCK_SKEW = timedelta(minutes=5)  # what a status written by another replica may be ahead
@@ -113,8 +129,10 @@ class _Decision:
         key: TargetKey,
         previous: TargetStatus | None,
         evidence: TargetEvidence,
+        orders: LockstepOrders,
     ) -> None:
         self.ctx, self.target, self.key, self.evidence = ctx, target, key, evidence
+        self.orders = orders
         self.previous_phase = previous.phase if previous else None
         base = previous or TargetStatus(
             kind=key.kind, namespace=key.namespace, name=key.name, phase=Phase.CURRENT
@@ -277,6 +295,8 @@ class _Decision:
             pending.progressed_at is not None and pending.progressed_at > self.ctx.now + _CLOCK_SKEW
         ):
             why = f"progressed in the future ({pending.progressed_at.isoformat()})"
+        elif pending.settled_at is not None and pending.settled_at > self.ctx.now + _CLOCK_SKEW:
+            why = f"settled in the future ({pending.settled_at.isoformat()})"
         else:
             # The write guard's own rule, applied to both directions of the recorded patch.
             both = (pending, pending.model_copy(update={"images": pending.previous}))
@@ -316,6 +336,7 @@ class _Decision:
                 "during our rollback; it is dropped and the target is judged afresh",
             )
             return None
+        self.outcome.judged = Judged(pending, Result.FAILED)
         attempts = self._count_attempt(contested=True)
         self._event(
             "Warning",
@@ -335,7 +356,19 @@ class _Decision:
 
     def _judge_refresh(self, workload: Workload, pending: PendingRefresh) -> TargetOutcome | None:
         pending = self._track_progress(workload, pending)
-        if workload.verdict.settled:
+        # A refresh that settled while its lockstep peers rolled on has done its part.
+        settled = workload.verdict.settled or pending.settled_at is not None
+        failed = workload.verdict.state is RolloutState.FAILED or self._timed_out(pending)
+        result = Result.SETTLED if settled else Result.FAILED if failed else Result.IN_FLIGHT
+        self.outcome.judged = Judged(pending, result)
+        peers_failed = self.orders.roll_back
+        spec = self.ctx.spec
+        rolls_back = spec.rollback_on_failure and not spec.dry_run
+        if result is not Result.FAILED and peers_failed is not None and rolls_back:
+            return self._roll_back_with_peers(workload, pending, peers_failed)
+        if settled and self.orders.hold_success is not None:
+            return self._hold_success(pending, self.orders.hold_success)
+        if settled:
             self._set(
                 pending=None,
                 refresh_attempts=self.status.contested,  # a success never clears contests
@@ -398,6 +431,43 @@ class _Decision:
         since = (pending.progressed_at or pending.started_at).isoformat()
         return f"it made no progress for rolloutTimeout {timeout} (since {since}){reached}"
 
+    def _hold_success(self, pending: PendingRefresh, why: str) -> TargetOutcome:
+        """Settled, but a lockstep peer is still rolling out: not a success yet."""
+        if pending.settled_at is None:
+            self._set(pending=pending.model_copy(update={"settled_at": self.ctx.now}))
+        return self._finish(
+            Phase.REFRESHING,
+            f"our refresh rolled out; {why}: it counts as refreshed once they have",
+        )
+
+    def _roll_back_with_peers(
+        self, workload: Workload, pending: PendingRefresh, why: str
+    ) -> TargetOutcome:
+        """A lockstep peer's refresh failed: this one rolls back too, no attempt counted."""
+        restored = self._send_rollback(workload, pending, f": {why}")
+        message = (
+            f"{why}; rolling back to {restored} with them (no attempt counted against this target)"
+        )
+        if self._locked:
+            return self._finish(Phase.LOCKED, self._locked_message(message))
+        return self._finish(Phase.ROLLING_BACK, message)
+
+    def _send_rollback(self, workload: Workload, pending: PendingRefresh, because: str = "") -> str:
+        """Record and plan the rollback of ``pending``: the images it replaced, restored."""
+        rollback = PendingRefresh(
+            purpose=PendingPurpose.ROLLBACK,
+            images=pending.previous,
+            previous=pending.images,
+            started_at=self.ctx.now,
+        )
+        self._set(pending=rollback)
+        self.outcome.patch = self._patch(workload, rollback)
+        restored = ", ".join(f"{n}={i}" for n, i in sorted(rollback.images.items()))
+        self._event(
+            "Warning", reasons.ROLLING_BACK, f"rolling {self.key} back to {restored}{because}"
+        )
+        return restored
+
     def _fail_refresh(self, workload: Workload, pending: PendingRefresh, why: str) -> TargetOutcome:
         attempts = self._count_attempt()
         ceiling = self.ctx.spec.max_refresh_attempts
@@ -413,20 +483,7 @@ class _Decision:
             return self._finish(
                 Phase.SKIPPING, f"refresh failed (attempt {attempts} of {ceiling}): {why}"
             )
-        rollback = PendingRefresh(
-            purpose=PendingPurpose.ROLLBACK,
-            images=pending.previous,
-            previous=pending.images,
-            started_at=self.ctx.now,
-        )
-        self._set(pending=rollback)
-        self.outcome.patch = self._patch(workload, rollback)
-        self._event(
-            "Warning",
-            reasons.ROLLING_BACK,
-            f"rolling {self.key} back to "
-            + ", ".join(f"{n}={i}" for n, i in sorted(rollback.images.items())),
-        )
+        self._send_rollback(workload, pending)
         detail = f"refresh failed (attempt {attempts} of {ceiling}): {why}; rolling back"
         if self._locked:
             return self._finish(Phase.LOCKED, self._locked_message(f"{why}; rolling back"))
@@ -520,6 +577,8 @@ class _Decision:
                 continue
             if not self._is_current(container, workload, desired):
                 drifted[container.name] = desired
+            else:
+                self.outcome.current[container.name] = desired
         if unresolved:
             self.outcome.degraded = True
         note = f"; not resolved, left alone: {'; '.join(unresolved)}" if unresolved else ""
@@ -542,11 +601,14 @@ class _Decision:
         running = [pod.running.get(container.name) for pod in self.evidence.pods]
         return bool(running) and all(wanted.is_content_of(digest) for digest in running)
 
-    def _refresh(self, workload: Workload, drifted: dict[str, str], note: str) -> TargetOutcome:
-        plan = ", ".join(
+    def _plan_text(self, workload: Workload, drifted: Mapping[str, str]) -> str:
+        return ", ".join(
             f"{name} {_short(self._live_digest(workload, name))} → {_short(digest)}"
             for name, digest in sorted(drifted.items())
         )
+
+    def _refresh(self, workload: Workload, drifted: dict[str, str], note: str) -> TargetOutcome:
+        plan = self._plan_text(workload, drifted)
         if self._locked:
             return self._finish(Phase.LOCKED, self._locked_message(f"drift: {plan}"))
         if not self.ctx.window.open:
@@ -558,10 +620,22 @@ class _Decision:
             return self._finish(
                 Phase.WAITING, f"drift: {plan}; the refresh starts at the next tick{note}"
             )
+        held = sorted(name for name in drifted if name in self.orders.held)
+        if held:
+            why = held_message(self.orders, held)
+            if len(held) == len(drifted):
+                if all(self.orders.held[name].budget for name in held):
+                    self.outcome.rate_limited = True
+                    return self._finish(Phase.DEFERRED, f"deferred: {why}{note}")
+                return self._wait_for_peers(plan, why, note)
+            drifted = {n: d for n, d in drifted.items() if n not in self.orders.held}
+            plan = self._plan_text(workload, drifted)
+            note = f"; {', '.join(held)} held back ({why}){note}"
         refusal = self._unaffordable(workload, drifted)
         if refusal is not None:
             self.outcome.rate_limited = True
             return self._finish(Phase.DEFERRED, f"deferred: {refusal}{note}")
+        self.outcome.starting = dict(drifted)
         if self.ctx.spec.dry_run:
             return self._finish(Phase.DRIFTED, f"dry run, would patch {plan}{note}")
         moved = self._moved_since_our_write(workload, drifted)
@@ -587,7 +661,8 @@ class _Decision:
                 return self._finish(
                     Phase.LOCKED, self._locked_message(f"contested by {writers}: {plan}")
                 )
-        pins = {**self._adopted_tags(workload), **drifted}
+        adopted = self._adopted_tags(workload)
+        pins = {**{n: d for n, d in adopted.items() if n not in self.orders.held}, **drifted}
         pending = PendingRefresh(
             images={
                 name: parse(workload.containers[name].image).pinned(digest).familiar
@@ -600,6 +675,13 @@ class _Decision:
         self._set(pending=pending)
         self._event("Normal", reasons.REFRESHING, f"patching {self.key}: {plan}")
         return self._finish(Phase.REFRESHING, f"refreshing {plan}{contest}{note}")
+
+    def _wait_for_peers(self, plan: str, why: str, note: str) -> TargetOutcome:
+        """Every drifted container is held back by a lockstep peer that cannot move now."""
+        message = f"drift: {plan}; {why}{note}"
+        if self.previous_phase is not Phase.WAITING or self.status.message != message:
+            self._event("Normal", reasons.LOCKSTEP_WAITING, message)
+        return self._finish(Phase.WAITING, message)
 
     def _wait_for_window(self, plan: str, note: str) -> TargetOutcome:
         """Outside every refresh window: the refresh starts when the next one opens.
@@ -681,9 +763,11 @@ def plan_target(
     evidence: TargetEvidence,
     allowed: bool,
     claimed: str | None = None,
+    orders: LockstepOrders = NO_ORDERS,
 ) -> TargetOutcome:
     """Decide one target's tick; see the module docstring for the order of the rules.
 
-    ``claimed`` says why another target or policy claims the same containers (a Conflict).
+    ``claimed`` says why another target or policy claims the same containers (a Conflict);
+    ``orders`` what its lockstep peers ask of it (:mod:`.lockstep`).
     """
-    return _Decision(ctx, target, key, previous, evidence).run(allowed, claimed)
+    return _Decision(ctx, target, key, previous, evidence, orders).run(allowed, claimed)

@@ -10,6 +10,7 @@ patches, posts the events and writes the status only if it differs from the one 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 
 from imagerefresh.models import (
@@ -30,9 +31,16 @@ from imagerefresh.planner.conditions import (
     worst_phase,
 )
 from imagerefresh.planner.evidence import PolicyView, TargetEvidence, TargetKey, TickInput
+from imagerefresh.planner.lockstep import (
+    NO_ORDERS,
+    LockstepOrders,
+    lockstep_groups,
+    lockstep_orders,
+    order_bound,
+)
 from imagerefresh.planner.pullpolicy import pull_policy_events
 from imagerefresh.planner.target import TargetContext, TargetOutcome, plan_target
-from imagerefresh.planner.windows import OPEN, window_state
+from imagerefresh.planner.windows import OPEN, WindowState, window_state
 from imagerefresh.ratelimit import BudgetSnapshot
 
 __all__ = ["plan_tick", "revise_target"]
@@ -141,6 +149,41 @@ def _claimed(
     return None
 
 
+def _plan_targets(
+    tick: TickInput,
+    reset: bool,
+    window: WindowState,
+    orders: Mapping[TargetKey, LockstepOrders],
+) -> list[tuple[TargetKey, TargetOutcome]]:
+    """Every target decided on its own evidence, under its lockstep ``orders``."""
+    policy, spec = tick.policy, tick.policy.spec
+    ctx = TargetContext(
+        spec,
+        f"{policy.namespace}/{policy.name}",
+        tick.now,
+        tick.budgets,
+        reset,
+        follow_up=tick.follow_up,
+        window=window,
+    )
+    previous = {_key(status): status for status in policy.status.targets}
+    keys = [policy.target_key(index) for index in range(len(spec.targets))]
+    outcomes: list[tuple[TargetKey, TargetOutcome]] = []
+    for key, target in zip(keys, spec.targets, strict=True):
+        prior = previous.get(key)
+        if tick.follow_up and not reset and prior is not None and prior.pending is None:
+            outcomes.append((key, TargetOutcome(status=prior)))
+            continue
+        allowed = tick.namespaces.allows(policy.namespace, key.namespace)
+        evidence = tick.evidence.get(key, _NOT_READ)
+        claimed = _claimed(key, target, keys, tick)
+        outcome = plan_target(
+            ctx, target, key, prior, evidence, allowed, claimed, orders.get(key, NO_ORDERS)
+        )
+        outcomes.append((key, outcome))
+    return outcomes
+
+
 def plan_tick(tick: TickInput) -> Plan:
     """Decide one tick of one policy. Pure: the same input always gives the same plan."""
     policy, spec, before = tick.policy, tick.policy.spec, tick.policy.status
@@ -152,27 +195,18 @@ def plan_tick(tick: TickInput) -> Plan:
         and policy.window_override is not None
         and policy.window_override != before.last_window_override
     )
-    ctx = TargetContext(
-        spec,
-        f"{policy.namespace}/{policy.name}",
-        tick.now,
-        tick.budgets,
-        reset,
-        follow_up=tick.follow_up,
-        window=OPEN if override else window_state(spec.windows, tick.now),
-    )
-    previous = {_key(status): status for status in before.targets}
-    keys = [policy.target_key(index) for index in range(len(spec.targets))]
-    outcomes: list[tuple[TargetKey, TargetOutcome]] = []
-    for key, target in zip(keys, spec.targets, strict=True):
-        prior = previous.get(key)
-        if tick.follow_up and not reset and prior is not None and prior.pending is None:
-            outcomes.append((key, TargetOutcome(status=prior)))
-            continue
-        allowed = tick.namespaces.allows(policy.namespace, key.namespace)
-        evidence = tick.evidence.get(key, _NOT_READ)
-        claimed = _claimed(key, target, keys, tick)
-        outcomes.append((key, plan_target(ctx, target, key, prior, evidence, allowed, claimed)))
+    window = OPEN if override else window_state(spec.windows, tick.now)
+    outcomes = _plan_targets(tick, reset, window, {})
+    groups = lockstep_groups(spec, [key for key, _ in outcomes])
+    orders: dict[TargetKey, LockstepOrders] = {}
+    for _ in range(order_bound(groups)):
+        decided = {key: (outcome.status, outcome.report) for key, outcome in outcomes}
+        digests = {key: tick.evidence.get(key, _NOT_READ).digests for key, _ in outcomes}
+        wanted = lockstep_orders(groups, decided, digests, orders)
+        if wanted == orders:
+            break
+        orders = wanted
+        outcomes = _plan_targets(tick, reset, window, orders)
     targets = tuple(outcome.status for _, outcome in outcomes)
     flags = TickFlags(
         degraded=tuple(str(key) for key, outcome in outcomes if outcome.degraded),

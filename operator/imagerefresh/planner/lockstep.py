@@ -1,0 +1,348 @@
+"""Lockstep: the targets tracking one reference move to a new digest together, or not at all.
+
+With ``spec.lockstep``, the containers of a policy that track one reference (``image`` without
+a ``digest`` pin) in two or more targets form a *group*: jobs-manager's ``api`` and
+requests-proxy's ``proxy`` on ``tracebloc/jobs-manager:prod`` must never run different builds
+for longer than one rollout. Each target is still decided on its own evidence first
+(:mod:`.target`); this module then reads every target's outcome and issues *orders* that the
+targets are decided again with, until the orders stop changing:
+
+- **starts.** A refresh of a group's containers to digest D starts only if every other member
+  is ready for D: it starts to D in the same tick, already runs D (found current), or has a
+  refresh of ours to D in flight. Otherwise the starters are *held* (``Waiting``), their
+  message naming each blocker and its phase — Frozen, Locked, Deferred, Conflict, Missing,
+  Error, outside a window, or another refresh in flight. A member already on D needs no move,
+  so skew between members (one on D, one behind) is repaired by moving the one behind.
+- **verdicts.** The members with a refresh of ours to D in flight are one rollout. One that
+  settles is not yet a success while another is still rolling (it *holds*, ``Refreshing``,
+  with ``pending.settledAt``); when any of them fails, or a member that should have moved to D
+  is known not to run it (its patch refused, its workload gone), every other one that moved is
+  rolled back to the images it replaced — without counting an attempt against it: the attempt
+  is the failing member's. A member whose evidence could not be read is unknown: the others
+  hold, they are never rolled back on unreadable evidence.
+
+Orders only ever grow (a hold, a success held, a rollback), so the iteration ends; its bound
+is the number of orders there can be.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import MappingProxyType
+
+from imagerefresh.models import (
+    ContainerStatus,
+    PendingPurpose,
+    PendingRefresh,
+    Phase,
+    PolicySpec,
+    TargetStatus,
+)
+from imagerefresh.planner.evidence import DigestOutcome, Resolved, TargetKey
+from imagerefresh.reference import InvalidReference, parse
+
+__all__ = [
+    "NO_ORDERS",
+    "Group",
+    "Hold",
+    "Judged",
+    "LockstepOrders",
+    "LockstepReport",
+    "Result",
+    "lockstep_groups",
+    "lockstep_orders",
+    "order_bound",
+]
+
+_NOTHING: Mapping[str, str] = MappingProxyType({})
+_NO_DIGESTS: Mapping[str, DigestOutcome] = MappingProxyType({})
+
+
+class Result(StrEnum):
+    """What a refresh of ours judged this tick came to, on its own evidence."""
+
+    SETTLED = "settled"
+    IN_FLIGHT = "in flight"
+    FAILED = "failed"  # failed, out of time, or superseded by another writer
+
+
+@dataclass(frozen=True, slots=True)
+class Judged:
+    """A pending refresh judged this tick, and its result before any lockstep order."""
+
+    pending: PendingRefresh
+    result: Result
+
+
+@dataclass(frozen=True, slots=True)
+class LockstepReport:
+    """What one target's decision says about its containers, for the group rules."""
+
+    starting: Mapping[str, str] = field(default_factory=lambda: _NOTHING)  # → digest it pins
+    current: Mapping[str, str] = field(default_factory=lambda: _NOTHING)  # → digest it is on
+    judged: Judged | None = None
+
+
+NO_REPORT = LockstepReport()
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """Why a group's refresh may not start in this tick.
+
+    ``budget``: only the pull budget stands in the way (every blocker is Deferred): the whole
+    group is then Deferred, since together its refreshes do not fit.
+    """
+
+    reason: str
+    budget: bool = False
+
+
+_NO_HOLDS: Mapping[str, Hold] = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class LockstepOrders:
+    """What the group rules ask of one target's decision."""
+
+    held: Mapping[str, Hold] = field(default_factory=lambda: _NO_HOLDS)  # container → why
+    hold_success: str | None = None  # why a settled refresh is not a success yet
+    roll_back: str | None = None  # why a refresh of ours rolls back although its own is fine
+
+    def merged(self, other: LockstepOrders) -> LockstepOrders:
+        """Both orders; the first reason given for each stays (orders only ever grow)."""
+        return LockstepOrders(
+            held=MappingProxyType({**other.held, **self.held}),
+            hold_success=self.hold_success or other.hold_success,
+            roll_back=self.roll_back or other.roll_back,
+        )
+
+    @property
+    def size(self) -> int:
+        return len(self.held) + int(self.hold_success is not None) + int(self.roll_back is not None)
+
+
+NO_ORDERS = LockstepOrders()
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """The containers, in two or more targets, that track one reference."""
+
+    reference: str  # fully qualified repo:tag
+    members: Mapping[TargetKey, tuple[str, ...]]  # target → its containers tracking it
+
+
+def lockstep_groups(spec: PolicySpec, keys: Iterable[TargetKey]) -> tuple[Group, ...]:
+    """The groups of ``spec``'s targets (``keys`` in spec order); none unless ``lockstep``.
+
+    A reference tracked by one target only is no group: a target's containers already move in
+    one patch. Pinned containers (``digest:``) never move, so they belong to none.
+    """
+    if not spec.lockstep:
+        return ()
+    members: dict[str, dict[TargetKey, list[str]]] = {}
+    for key, target in zip(keys, spec.targets, strict=True):
+        for container in target.containers:
+            if container.digest is None:
+                members.setdefault(str(container.tracked), {}).setdefault(key, []).append(
+                    container.name
+                )
+    return tuple(
+        Group(reference, MappingProxyType({k: tuple(v) for k, v in by_target.items()}))
+        for reference, by_target in sorted(members.items())
+        if len(by_target) > 1
+    )
+
+
+def order_bound(groups: Iterable[Group]) -> int:
+    """How many rounds of orders there can be: each round adds at least one order."""
+    return sum(len(names) + 2 for group in groups for names in group.members.values()) + 1
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """One target of a group as its decision left it this round."""
+
+    key: TargetKey
+    containers: tuple[str, ...]
+    status: TargetStatus
+    report: LockstepReport
+    orders: LockstepOrders
+    digests: Mapping[str, DigestOutcome] = field(default_factory=lambda: _NO_DIGESTS)
+
+    @property
+    def label(self) -> str:
+        return f"{self.key} ({self.status.phase})"
+
+    def moving(self) -> str | None:
+        """The digest a refresh of ours in flight moves this member's containers to."""
+        pending = self.report.judged.pending if self.report.judged else self.status.pending
+        if pending is None or pending.purpose is not PendingPurpose.REFRESH:
+            return None
+        # Containers the refresh did not need to move (already pinned) are not in it.
+        digests = {
+            image.rpartition("@")[2] if "@" in image else None
+            for name in self.containers
+            if (image := pending.images.get(name)) is not None
+        }
+        return digests.pop() if len(digests) == 1 else None
+
+    @property
+    def result(self) -> Result | None:
+        """The moving refresh's result; None when it was not judged (unreadable evidence)."""
+        if self.orders.roll_back is not None:
+            return Result.FAILED
+        return self.report.judged.result if self.report.judged else None
+
+    def _on(self, name: str, digest: str) -> bool:
+        return self.report.starting.get(name) == digest or self.report.current.get(name) == digest
+
+    def joins(self, digest: str) -> bool:
+        """Whether this tick starts a refresh of this member to ``digest`` (the rest on it)."""
+        starting = any(self.report.starting.get(name) == digest for name in self.containers)
+        return starting and all(self._on(name, digest) for name in self.containers)
+
+    def ready_for(self, digest: str) -> bool:
+        """Whether this member lets the others start a refresh to ``digest`` now."""
+        flying = self.moving() == digest and self.result in (Result.SETTLED, Result.IN_FLIGHT)
+        return flying or all(self._on(name, digest) for name in self.containers)
+
+    def runs(self, digest: str) -> bool | None:
+        """Whether the template pins ``digest`` (or its pods run it): None when unknowable."""
+        if self.status.phase is Phase.ERROR:
+            return None
+        by_name = {c.name: c for c in self.status.containers}
+        return all(self._runs(by_name.get(name), digest) for name in self.containers)
+
+    def _runs(self, container: ContainerStatus | None, digest: str) -> bool:
+        if container is None or container.live is None:
+            return False
+        try:
+            live = parse(container.live)
+        except InvalidReference:
+            return False
+        if live.digest is not None:
+            return live.digest == digest
+        outcome = self.digests.get(container.name)
+        wanted = outcome if isinstance(outcome, Resolved) and outcome.digest == digest else None
+        running = container.running
+        return bool(running) and all(
+            d == digest or (wanted is not None and wanted.is_content_of(d)) for d in running
+        )
+
+
+def _names(members: Iterable[Member]) -> str:
+    return ", ".join(member.label for member in sorted(members, key=lambda m: m.key))
+
+
+def _verdict_orders(group: Group, members: list[Member]) -> dict[TargetKey, LockstepOrders]:
+    """Orders for the refreshes of ours in flight in ``group``, one digest at a time."""
+    orders: dict[TargetKey, LockstepOrders] = {}
+    movers: dict[str, list[Member]] = {}
+    for member in members:
+        digest = member.moving()
+        if digest is not None:
+            movers.setdefault(digest, []).append(member)
+    for digest, moved in sorted(movers.items()):
+        others = [m for m in members if m not in moved]
+        failed = [m for m in moved if m.result is Result.FAILED]
+        behind = [m for m in others if not m.joins(digest) and m.runs(digest) is False]
+        if failed or behind:
+            why = (
+                f"its lockstep peers on {group.reference} did not all move to "
+                f"{digest[:19]}…: {_names(failed + behind)}"
+            )
+            for member in moved:
+                if member.result in (Result.SETTLED, Result.IN_FLIGHT):
+                    orders[member.key] = LockstepOrders(roll_back=why)
+            continue
+        waiting = [m for m in moved if m.result is not Result.SETTLED] + [
+            m for m in others if m.joins(digest) or m.runs(digest) is None
+        ]
+        if waiting:
+            why = (
+                f"its lockstep peers on {group.reference} have not all settled on "
+                f"{digest[:19]}…: {_names(waiting)}"
+            )
+            for member in moved:
+                if member.result is Result.SETTLED:
+                    orders[member.key] = LockstepOrders(hold_success=why)
+    return orders
+
+
+def _start_hold(group: Group, members: list[Member], starters: list[Member]) -> Hold | None:
+    """Why the refreshes ``starters`` would start must wait, if they must."""
+    digests = sorted({d for m in starters for n in m.containers if (d := m.report.starting.get(n))})
+    if len(digests) > 1:
+        return Hold(
+            f"lockstep: its peers resolved {group.reference} to different digests "
+            f"({', '.join(d[:19] + '…' for d in digests)}); they move when they agree"
+        )
+    blockers = [m for m in members if not m.ready_for(digests[0])]
+    if not blockers:
+        return None
+    if all(m.status.phase is Phase.DEFERRED for m in blockers):
+        return Hold(
+            f"lockstep: {group.reference} moves together, and the pull budget does not cover "
+            f"all of its refreshes at once ({_names(blockers)})",
+            budget=True,
+        )
+    return Hold(
+        f"lockstep: {group.reference} moves together, and {_names(blockers)} cannot "
+        "refresh now; the refresh starts when every target tracking it can"
+    )
+
+
+def _start_orders(group: Group, members: list[Member]) -> dict[TargetKey, LockstepOrders]:
+    """Holds for the refreshes of ``group``'s containers that would start alone.
+
+    Once a group is held in a tick it stays held: a member that would start only because the
+    others no longer spend the pull budget must not move alone either.
+    """
+    starters = [m for m in members if any(n in m.report.starting for n in m.containers)]
+    if not starters:
+        return {}
+    held = [m.orders.held[n] for m in members for n in m.containers if n in m.orders.held]
+    hold = held[0] if held else _start_hold(group, members, starters)
+    if hold is None:
+        return {}
+    return {
+        m.key: LockstepOrders(held=MappingProxyType(dict.fromkeys(m.containers, hold)))
+        for m in starters
+    }
+
+
+def lockstep_orders(
+    groups: Iterable[Group],
+    decided: Mapping[TargetKey, tuple[TargetStatus, LockstepReport]],
+    digests: Mapping[TargetKey, Mapping[str, DigestOutcome]],
+    orders: Mapping[TargetKey, LockstepOrders],
+) -> dict[TargetKey, LockstepOrders]:
+    """``orders`` with whatever the groups ask of this round's decisions (``decided``)."""
+    wanted = dict(orders)
+    for group in groups:
+        members = [
+            Member(
+                key,
+                names,
+                *decided[key],
+                orders.get(key, NO_ORDERS),
+                digests.get(key, _NO_DIGESTS),
+            )
+            for key, names in group.members.items()
+            if key in decided
+        ]
+        found = _verdict_orders(group, members)
+        for key, order in _start_orders(group, members).items():
+            found[key] = found.get(key, NO_ORDERS).merged(order)
+        for key, order in found.items():
+            wanted[key] = wanted.get(key, NO_ORDERS).merged(order)
+    return wanted
+
+
+def held_message(orders: LockstepOrders, names: Iterable[str]) -> str:
+    """The reason shown for ``names`` held back (one group's reason per group, in order)."""
+    return "; ".join(dict.fromkeys(orders.held[name].reason for name in sorted(names)))

@@ -1,0 +1,486 @@
+"""Lockstep in the planner (SPEC §3 ``lockstep``): one reference, one move, or none.
+
+The edge's policy with ``lockstep: true``: jobs-manager (``api`` on the jobs-manager image,
+``pods-monitor-container`` on its own) and requests-proxy (``proxy`` on the jobs-manager image
+again). ``api`` and ``proxy`` are one group; ``pods-monitor-container`` is tracked by one
+target only, so it is in none. Each test pins down what the planner concludes when one member
+can or cannot move: starts held and named, successes held until every member settled, and
+rollbacks of every member that moved when one of them fails.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from imagerefresh.models import PendingPurpose, Phase
+from imagerefresh.planner import NOTHING_IN_FLIGHT, PatchPurpose, Plan, in_flight
+from imagerefresh.planner.evidence import TargetEvidence, TargetKey
+
+from support.ticks import JM, NS, PM, Tick, budget, digest, evidence, key, spec, target
+from support.workloads import deployment, pod
+
+D1, D2, D3 = digest(1), digest(2), digest(3)
+P1, P2 = digest("p1"), digest("p2")
+JM_REPO = "tracebloc/jobs-manager"
+PM_REPO = "tracebloc/pods-monitor"
+JOBS, PROXY = key("jobs-manager"), key("requests-proxy")
+GROUP = "docker.io/tracebloc/jobs-manager:prod"
+
+
+def short(value: str) -> str:
+    return value[:19] + "…"
+
+
+def edge(**fields: Any) -> Tick:
+    fields.setdefault("lockstep", True)
+    return Tick(
+        spec(
+            target("jobs-manager", api=JM, **{"pods-monitor-container": PM}),
+            target("requests-proxy", proxy=JM),
+            **fields,
+        )
+    )
+
+
+def jobs(api: str, monitor: str = P1, generation: int = 1, **fields: Any) -> dict[str, Any]:
+    return deployment(
+        "jobs-manager",
+        {"api": f"{JM_REPO}@{api}", "pods-monitor-container": f"{PM_REPO}@{monitor}"},
+        generation=generation,
+        **fields,
+    )
+
+
+def proxy(image: str, generation: int = 1, **fields: Any) -> dict[str, Any]:
+    return deployment(
+        "requests-proxy", {"proxy": f"{JM_REPO}@{image}"}, generation=generation, **fields
+    )
+
+
+def seen(
+    jobs_manager: dict[str, Any] | None,
+    requests_proxy: dict[str, Any] | None,
+    desired: str = D2,
+    monitor: str = P1,
+    proxy_desired: str | None = None,
+) -> dict[TargetKey, TargetEvidence]:
+    return {
+        JOBS: evidence(jobs_manager, digests={"api": desired, "pods-monitor-container": monitor}),
+        PROXY: evidence(requests_proxy, digests={"proxy": proxy_desired or desired}),
+    }
+
+
+def patched(plan: Plan) -> dict[str, dict[str, str]]:
+    """Workload name → container → the image its patch writes."""
+    return {p.target.name: {c.container: c.image for c in p.changes} for p in plan.patches}
+
+
+def reasons(plan: Plan, target: TargetKey | None = None) -> list[str]:
+    return [e.reason for e in plan.events if target is None or e.target == target]
+
+
+def started(tick: Tick) -> Plan:
+    """Both members on D1, the tag on D2: one tick starts both refreshes."""
+    return tick.run(seen(jobs(D1), proxy(D1)), advance=timedelta(seconds=10))
+
+
+# --- starts ------------------------------------------------------------------------------------
+
+
+def test_targets_tracking_one_reference_start_their_refresh_in_the_same_tick() -> None:
+    tick = edge()
+    plan = started(tick)
+    assert patched(plan) == {
+        "jobs-manager": {"api": f"{JM_REPO}@{D2}"},
+        "requests-proxy": {"proxy": f"{JM_REPO}@{D2}"},
+    }
+    assert tick.target("jobs-manager").phase is Phase.REFRESHING
+    assert tick.target("requests-proxy").phase is Phase.REFRESHING
+
+
+def test_a_frozen_peer_holds_the_others_waiting_and_names_it() -> None:
+    tick = edge(maxSkipTicks=1)
+    plan = tick.run(seen(jobs(D1), proxy(D1, generation=2, observed=1)))
+    assert plan.patches == ()
+    assert tick.target("requests-proxy").phase is Phase.FROZEN
+    waiting = tick.target("jobs-manager")
+    assert waiting.phase is Phase.WAITING
+    assert waiting.message == (
+        f"drift: api {short(D1)} → {short(D2)}; lockstep: {GROUP} moves together, and "
+        "Deployment tracebloc/requests-proxy (Frozen) cannot refresh now; the refresh starts "
+        "when every target tracking it can"
+    )
+    assert reasons(plan, JOBS) == ["LockstepWaiting"]
+    assert waiting.pending is None
+
+
+def test_without_lockstep_a_frozen_target_never_holds_another() -> None:
+    tick = edge(maxSkipTicks=1, lockstep=False)
+    plan = tick.run(seen(jobs(D1), proxy(D1, generation=2, observed=1)))
+    assert patched(plan) == {"jobs-manager": {"api": f"{JM_REPO}@{D2}"}}
+
+
+def test_waiting_for_a_peer_writes_nothing_new_and_posts_no_second_event() -> None:
+    tick = edge(maxSkipTicks=1)
+    tick.run(seen(jobs(D1), proxy(D1, generation=2, observed=1)))
+    before = tick.status
+    again = tick.run(seen(jobs(D1), proxy(D1, generation=2, observed=1)))
+    assert again.patches == ()
+    assert "LockstepWaiting" not in reasons(again)
+    assert again.status.to_api() == before.to_api()
+
+
+def test_containers_outside_the_held_group_still_refresh_in_the_same_patch() -> None:
+    tick = edge(maxSkipTicks=1)
+    plan = tick.run(seen(jobs(D1), proxy(D1, generation=2, observed=1), monitor=P2))
+    assert patched(plan) == {"jobs-manager": {"pods-monitor-container": f"{PM_REPO}@{P2}"}}
+    refreshing = tick.target("jobs-manager")
+    assert refreshing.phase is Phase.REFRESHING
+    assert refreshing.pending.images == {"pods-monitor-container": f"{PM_REPO}@{P2}"}
+    assert "api held back (lockstep: " in refreshing.message
+    assert "Deployment tracebloc/requests-proxy (Frozen)" in refreshing.message
+
+
+def test_a_held_container_on_a_tag_is_not_pinned_by_the_patch_of_its_neighbour() -> None:
+    tick = edge(maxSkipTicks=1)
+    workload = deployment(
+        "jobs-manager",
+        {"api": f"{JM_REPO}:prod", "pods-monitor-container": f"{PM_REPO}@{P1}"},
+    )
+    pods = [pod("jm-1", {"api": f"docker.io/{JM_REPO}@{D1}"})]
+    plan = tick.run(
+        {
+            JOBS: evidence(workload, pods, digests={"api": D2, "pods-monitor-container": P2}),
+            PROXY: evidence(proxy(D1, generation=2, observed=1), digests={"proxy": D2}),
+        }
+    )
+    assert patched(plan) == {"jobs-manager": {"pods-monitor-container": f"{PM_REPO}@{P2}"}}
+
+
+def locked(tick: Tick, name: str) -> None:
+    """Put ``name`` at its attempts ceiling, as a run of failed refreshes would leave it."""
+    tick.run(seen(jobs(D1), proxy(D1), desired=D1))
+    tick.status = tick.status.model_copy(
+        update={
+            "targets": tuple(
+                t.model_copy(update={"refresh_attempts": 3}) if t.name == name else t
+                for t in tick.status.targets
+            )
+        }
+    )
+
+
+def test_a_locked_peer_holds_the_others() -> None:
+    tick = edge()
+    locked(tick, "requests-proxy")
+    plan = tick.run(seen(jobs(D1), proxy(D1)))
+    assert plan.patches == ()
+    assert tick.target("requests-proxy").phase is Phase.LOCKED
+    assert "Deployment tracebloc/requests-proxy (Locked) cannot refresh now" in (
+        tick.target("jobs-manager").message
+    )
+
+
+def test_a_group_the_pull_budget_cannot_cover_at_once_is_deferred_as_a_whole() -> None:
+    tick = edge(pullBudget={"reserve": 2})
+    # One pull is left above the reserve: jobs-manager (1 replica) fits, requests-proxy alone
+    # would too, but not both — so neither moves, not even the one a held peer left room for.
+    budgets = {("registry-1.docker.io", "anonymous"): budget("registry-1.docker.io", 3)}
+    plan = tick.run(seen(jobs(D1), proxy(D1)), budgets)
+    assert plan.patches == ()
+    assert plan.rate_limited
+    for name in ("jobs-manager", "requests-proxy"):
+        assert tick.target(name).phase is Phase.DEFERRED
+    assert tick.target("jobs-manager").message == (
+        f"deferred: lockstep: {GROUP} moves together, and the pull budget does not cover all "
+        "of its refreshes at once (Deployment tracebloc/requests-proxy (Deferred))"
+    )
+    assert tick.condition("RateLimited").status == "True"
+
+
+def test_a_group_the_pull_budget_covers_starts_together() -> None:
+    tick = edge(pullBudget={"reserve": 2})
+    budgets = {("registry-1.docker.io", "anonymous"): budget("registry-1.docker.io", 4)}
+    plan = tick.run(seen(jobs(D1), proxy(D1)), budgets)
+    assert set(patched(plan)) == {"jobs-manager", "requests-proxy"}
+
+
+def test_a_peer_with_a_conflict_or_missing_workload_holds_the_others() -> None:
+    for requests_proxy, phase in (
+        (deployment("requests-proxy", {"proxy": f"mirror.local/{JM_REPO}@{D1}"}), "Conflict"),
+        (None, "Missing"),
+    ):
+        tick = edge()
+        plan = tick.run(seen(jobs(D1), requests_proxy))
+        assert plan.patches == ()
+        assert f"Deployment tracebloc/requests-proxy ({phase}) cannot refresh now" in (
+            tick.target("jobs-manager").message
+        )
+
+
+def test_a_peer_whose_evidence_is_unreadable_holds_the_others() -> None:
+    tick = edge()
+    evidence_ = seen(jobs(D1), proxy(D1))
+    evidence_[PROXY] = evidence(None, error="deployments.apps is forbidden")
+    plan = tick.run(evidence_)
+    assert plan.patches == ()
+    assert "Deployment tracebloc/requests-proxy (Error) cannot refresh now" in (
+        tick.target("jobs-manager").message
+    )
+
+
+def test_a_peer_already_on_the_new_digest_lets_the_one_behind_catch_up_alone() -> None:
+    tick = edge()
+    plan = tick.run(seen(jobs(D1), proxy(D2)))
+    assert patched(plan) == {"jobs-manager": {"api": f"{JM_REPO}@{D2}"}}
+    assert tick.target("requests-proxy").phase is Phase.CURRENT
+
+
+def test_pinned_containers_are_in_no_group() -> None:
+    tick = Tick(
+        spec(
+            target("jobs-manager", api=JM),
+            {
+                "kind": "Deployment",
+                "name": "requests-proxy",
+                "containers": [{"name": "proxy", "image": JM, "digest": D1}],
+            },
+            lockstep=True,
+            maxSkipTicks=1,
+        )
+    )
+    plan = tick.run(
+        {
+            JOBS: evidence(
+                deployment("jobs-manager", {"api": f"{JM_REPO}@{D1}"}), digests={"api": D2}
+            ),
+            PROXY: evidence(proxy(D1, generation=2, observed=1)),
+        }
+    )
+    assert patched(plan) == {"jobs-manager": {"api": f"{JM_REPO}@{D2}"}}
+
+
+def test_peers_that_resolved_different_digests_wait_until_they_agree() -> None:
+    tick = edge()
+    plan = tick.run(seen(jobs(D1), proxy(D1), desired=D2, proxy_desired=D3))
+    assert plan.patches == ()
+    for name in ("jobs-manager", "requests-proxy"):
+        status = tick.target(name)
+        assert status.phase is Phase.WAITING
+        assert f"its peers resolved {GROUP} to different digests" in status.message
+
+
+def test_a_dry_run_reports_the_hold_as_it_would_happen() -> None:
+    tick = edge(maxSkipTicks=1, dryRun=True)
+    plan = tick.run(seen(jobs(D1), proxy(D1, generation=2, observed=1)))
+    assert plan.patches == ()
+    assert tick.target("jobs-manager").phase is Phase.WAITING
+    tick = edge(dryRun=True)
+    tick.run(seen(jobs(D1), proxy(D1)))
+    assert [t.phase for t in tick.status.targets] == [Phase.DRIFTED, Phase.DRIFTED]
+
+
+# --- verdicts ----------------------------------------------------------------------------------
+
+
+def test_a_member_that_settles_first_holds_its_success_until_every_peer_settled() -> None:
+    tick = edge()
+    started(tick)
+    holding = tick.run(seen(jobs(D2, generation=2), proxy(D2, generation=2, available=0)))
+    assert holding.patches == ()
+    assert "Refreshed" not in reasons(holding)
+    first = tick.target("jobs-manager")
+    assert first.phase is Phase.REFRESHING
+    assert first.pending is not None and first.pending.settled_at is not None
+    assert first.message == (
+        f"our refresh rolled out; its lockstep peers on {GROUP} have not all settled on "
+        f"{short(D2)}: Deployment tracebloc/requests-proxy (Refreshing): it counts as "
+        "refreshed once they have"
+    )
+    done = tick.run(seen(jobs(D2, generation=2), proxy(D2, generation=2)))
+    assert reasons(done).count("Refreshed") == 2
+    for name in ("jobs-manager", "requests-proxy"):
+        status = tick.target(name)
+        assert (status.phase, status.pending, status.refresh_attempts) == (Phase.CURRENT, None, 0)
+    assert tick.target("jobs-manager").last_good["api"] == f"docker.io/{JM_REPO}@{D2}"
+
+
+def test_a_held_success_has_no_deadline_of_its_own_while_its_peer_is_followed() -> None:
+    tick = edge()
+    started(tick)
+    tick.run(seen(jobs(D2, generation=2), proxy(D2, generation=2, available=0)))
+    flying = in_flight(tick.spec, tick.status, NS)
+    assert flying.workloads == {JOBS, PROXY}
+    proxy_pending = tick.target("requests-proxy").pending
+    assert flying.deadline == proxy_pending.started_at + timedelta(minutes=10, seconds=1)
+
+
+def test_when_one_member_fails_every_member_that_moved_rolls_back_and_only_it_counts() -> None:
+    tick = edge()
+    started(tick)
+    failed = [{"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded"}]
+    plan = tick.run(
+        seen(jobs(D2, generation=2), proxy(D2, generation=2, available=0, conditions=failed))
+    )
+    assert patched(plan) == {
+        "jobs-manager": {"api": f"{JM_REPO}@{D1}"},
+        "requests-proxy": {"proxy": f"{JM_REPO}@{D1}"},
+    }
+    assert all(p.purpose is PatchPurpose.ROLLBACK for p in plan.patches)
+    follower, culprit = tick.target("jobs-manager"), tick.target("requests-proxy")
+    assert (culprit.phase, culprit.refresh_attempts) == (Phase.ROLLING_BACK, 1)
+    assert (follower.phase, follower.refresh_attempts) == (Phase.ROLLING_BACK, 0)
+    assert follower.pending.purpose is PendingPurpose.ROLLBACK
+    assert reasons(plan, JOBS) == ["RollingBack"]
+    (event,) = [e for e in plan.events if e.target == JOBS]
+    assert event.message == (
+        f"rolling Deployment tracebloc/jobs-manager back to api={JM_REPO}@{D1}: its lockstep "
+        f"peers on {GROUP} did not all move to {short(D2)}: Deployment "
+        "tracebloc/requests-proxy (RollingBack)"
+    )
+    assert "(no attempt counted against this target)" in follower.message
+
+
+def test_a_member_still_rolling_out_rolls_back_too_when_its_peer_fails() -> None:
+    tick = edge()
+    started(tick)
+    failed = [{"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded"}]
+    plan = tick.run(
+        seen(
+            jobs(D2, generation=2, available=0),
+            proxy(D2, generation=2, available=0, conditions=failed),
+        )
+    )
+    assert set(patched(plan)) == {"jobs-manager", "requests-proxy"}
+    assert tick.target("jobs-manager").phase is Phase.ROLLING_BACK
+
+
+def test_without_rollback_on_failure_a_peer_failing_rolls_nothing_back() -> None:
+    tick = edge(rollbackOnFailure=False)
+    started(tick)
+    failed = [{"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded"}]
+    plan = tick.run(
+        seen(jobs(D2, generation=2), proxy(D2, generation=2, available=0, conditions=failed))
+    )
+    assert plan.patches == ()
+    assert tick.target("jobs-manager").phase is Phase.CURRENT
+
+
+def refused(tick: Tick, name: str) -> None:
+    """What the shell leaves when the API server refused ``name``'s refresh patch for good."""
+    tick.status = tick.status.model_copy(
+        update={
+            "targets": tuple(
+                t.model_copy(update={"phase": Phase.REFUSED, "pending": None})
+                if t.name == name
+                else t
+                for t in tick.status.targets
+            )
+        }
+    )
+
+
+def test_a_member_whose_patch_was_refused_is_behind_so_the_one_that_moved_rolls_back() -> None:
+    tick = edge()
+    started(tick)
+    refused(tick, "requests-proxy")
+    tick.spec = tick.spec.model_copy(update={"max_skip_ticks": 1})
+    plan = tick.run(seen(jobs(D2, generation=2), proxy(D1, generation=2, observed=1)))
+    assert patched(plan) == {"jobs-manager": {"api": f"{JM_REPO}@{D1}"}}
+    assert tick.target("jobs-manager").phase is Phase.ROLLING_BACK
+
+
+def test_a_member_whose_patch_met_a_concurrent_edit_joins_the_refresh_in_flight() -> None:
+    tick = edge()
+    started(tick)
+    # The shell: a failed precondition keeps the previous phase and drops the intent.
+    tick.status = tick.status.model_copy(
+        update={
+            "targets": tuple(
+                t.model_copy(update={"phase": Phase.CURRENT, "pending": None})
+                if t.name == "requests-proxy"
+                else t
+                for t in tick.status.targets
+            )
+        }
+    )
+    plan = tick.run(seen(jobs(D2, generation=2, available=0), proxy(D1)))
+    assert patched(plan) == {"requests-proxy": {"proxy": f"{JM_REPO}@{D2}"}}
+    assert tick.target("jobs-manager").phase is Phase.REFRESHING
+
+
+def test_a_peer_whose_evidence_is_unreadable_mid_rollout_holds_the_others_never_rolls_back() -> (
+    None
+):
+    tick = edge()
+    started(tick)
+    evidence_ = seen(jobs(D2, generation=2), None)
+    evidence_[PROXY] = evidence(None, error="the API server did not answer")
+    plan = tick.run(evidence_)
+    assert plan.patches == ()
+    assert tick.target("jobs-manager").phase is Phase.REFRESHING
+    assert tick.target("jobs-manager").pending.settled_at is not None
+
+
+def test_a_held_success_stays_a_success_when_its_pods_restart_meanwhile() -> None:
+    tick = edge()
+    started(tick)
+    tick.run(seen(jobs(D2, generation=2), proxy(D2, generation=2, available=0)))
+    done = tick.run(seen(jobs(D2, generation=2, available=0), proxy(D2, generation=2)))
+    assert reasons(done).count("Refreshed") == 2
+    assert tick.target("jobs-manager").phase is not Phase.REFRESHING
+
+
+def test_a_follow_up_tick_applies_the_same_group_rules() -> None:
+    tick = edge()
+    started(tick)
+    holding = tick.run(
+        seen(jobs(D2, generation=2), proxy(D2, generation=2, available=0)), follow_up=True
+    )
+    assert "Refreshed" not in reasons(holding)
+    done = tick.run(seen(jobs(D2, generation=2), proxy(D2, generation=2)), follow_up=True)
+    assert reasons(done).count("Refreshed") == 2
+    assert in_flight(tick.spec, tick.status, NS) == NOTHING_IN_FLIGHT
+
+
+def test_a_forced_rollback_cascades_to_the_other_group_the_target_moved_in() -> None:
+    # jobs-manager moves api (group jobs-manager) and pods-monitor-container (group
+    # pods-monitor, shared with a sidecar target): requests-proxy failing rolls jobs-manager
+    # back, so the sidecar, which moved with it on pods-monitor, rolls back too.
+    tick = Tick(
+        spec(
+            target("jobs-manager", api=JM, **{"pods-monitor-container": PM}),
+            target("requests-proxy", proxy=JM),
+            target("sidecar", monitor=PM),
+            lockstep=True,
+        )
+    )
+    sidecar = key("sidecar")
+
+    def side(image: str, generation: int = 1, **fields: Any) -> dict[str, Any]:
+        return deployment(
+            "sidecar", {"monitor": f"{PM_REPO}@{image}"}, generation=generation, **fields
+        )
+
+    def world(**kwargs: Any) -> dict[TargetKey, TargetEvidence]:
+        found = seen(kwargs.get("jobs", jobs(D1)), kwargs.get("proxy", proxy(D1)), monitor=P2)
+        found[sidecar] = evidence(kwargs.get("side", side(P1)), digests={"monitor": P2})
+        return found
+
+    first = tick.run(world())
+    assert set(patched(first)) == {"jobs-manager", "requests-proxy", "sidecar"}
+    failed = [{"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded"}]
+    plan = tick.run(
+        world(
+            jobs=jobs(D2, P2, generation=2),
+            proxy=proxy(D2, generation=2, available=0, conditions=failed),
+            side=side(P2, generation=2),
+        )
+    )
+    assert patched(plan) == {
+        "jobs-manager": {"api": f"{JM_REPO}@{D1}", "pods-monitor-container": f"{PM_REPO}@{P1}"},
+        "requests-proxy": {"proxy": f"{JM_REPO}@{D1}"},
+        "sidecar": {"monitor": f"{PM_REPO}@{P1}"},
+    }
+    assert tick.target("sidecar").refresh_attempts == 0
