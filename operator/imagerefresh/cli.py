@@ -307,6 +307,10 @@ allow_option = click.option(
 @click.option("--peering", "peering_name", default=None, hidden=True)
 @click.option("--standalone", is_flag=True, hidden=True)
 @click.option("--priority", default=None, type=int, hidden=True)
+# Where the interval grid lies (epoch seconds; random per process by default, so that many
+# operators do not ask one registry at the same second). For tests that must know that no
+# interval tick falls inside them: the first grid instant is then a whole interval away.
+@click.option("--tick-grid-phase", default=None, type=float, hidden=True)
 @click.option(
     "--scanning/--no-scanning",
     default=True,
@@ -336,6 +340,7 @@ def run(
     peering_name: str | None,
     standalone: bool,
     priority: int | None,
+    tick_grid_phase: float | None,
     scanning: bool,
     kubeconfig: str | None,
 ) -> None:
@@ -414,7 +419,11 @@ def run(
     if elector is not None:
         # Every write of the operator's own client asks the gate first.
         ticker.api.write_gate = elector.gate
-    runtime = Runtime(ticker=ticker)
+    runtime = (
+        Runtime(ticker=ticker, phase=tick_grid_phase)
+        if tick_grid_phase is not None
+        else Runtime(ticker=ticker)
+    )
     settings = kopf.OperatorSettings()
     settings.scanning.disabled = not scanning
 

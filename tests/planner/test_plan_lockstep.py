@@ -292,7 +292,8 @@ def test_a_member_that_settles_first_holds_its_success_until_every_peer_settled(
     assert "Refreshed" not in reasons(holding)
     first = tick.target("jobs-manager")
     assert first.phase is Phase.REFRESHING
-    assert first.pending is not None and first.pending.settled_at is not None
+    assert first.pending is not None
+    assert first.pending.settled_at is not None
     assert first.message == (
         f"our refresh rolled out; its lockstep peers on {GROUP} have not all settled on "
         f"{short(D2)}: Deployment tracebloc/requests-proxy (Refreshing): it counts as "

@@ -10,6 +10,7 @@ until the operator's own tick counter (its Prometheus metrics) has moved past it
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import re
@@ -49,6 +50,9 @@ class Operator:
     _bumps: int = field(default=0)
     _log_offset: int = field(default=0)
     executable: Path = IMAGEREFRESH  # the bench runs the one of a runtime-only virtualenv
+    # Put the interval grid a whole interval after each start, so that a test shorter than the
+    # interval knows no interval tick falls inside it (the grid's phase is random otherwise).
+    grid_from_start: bool = False
 
     def start(self) -> None:
         # Each process's log starts here: a SIGKILLed predecessor may have left half a line.
@@ -75,6 +79,7 @@ class Operator:
                 "--resolution-window",
                 "0",
                 *self._front_args(),
+                *(("--tick-grid-phase", str(time.time())) if self.grid_from_start else ()),
                 *self.extra_args,
             ],
             stdout=log,
@@ -185,20 +190,31 @@ def crd_installed(cluster: Cluster) -> Cluster:
     return cluster
 
 
+@contextlib.contextmanager
+def running_operator(
+    cluster: Cluster, registry: str, log: Path, *, grid_from_start: bool = False
+) -> Iterator[Operator]:
+    """``imagerefresh run`` against the test cluster and registry, behind a Docker-Hub front."""
+    front = HubFront(registry).start()
+    running = Operator(cluster, registry, free_port(), log, front, grid_from_start=grid_from_start)
+    running.start()
+    try:
+        yield running
+    finally:
+        running.stop()
+        front.stop()
+        if os.environ.get("IMAGEREFRESH_SHOW_OPERATOR_LOG"):
+            print(running.log())
+
+
 @pytest.fixture(scope="module")
 def operator(
     crd_installed: Cluster, registry: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Operator]:
     """``imagerefresh run`` against the test cluster and registry, for one test module."""
     log = tmp_path_factory.mktemp("operator") / "operator.log"
-    front = HubFront(registry).start()
-    running = Operator(crd_installed, registry, free_port(), log, front)
-    running.start()
-    yield running
-    running.stop()
-    front.stop()
-    if os.environ.get("IMAGEREFRESH_SHOW_OPERATOR_LOG"):
-        print(running.log())
+    with running_operator(crd_installed, registry, log) as running:
+        yield running
 
 
 @pytest.fixture

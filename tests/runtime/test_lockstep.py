@@ -1,0 +1,139 @@
+"""Lockstep on the real API server (SPEC §3 ``lockstep``), with the operator as it runs.
+
+Two Deployments run one image (as jobs-manager's ``api`` and requests-proxy's ``proxy`` do on
+an edge). With ``lockstep: true`` they move to a new digest together or not at all: a peer
+that cannot move holds the other, named in its status, its template untouched; a peer whose
+rollout fails takes the other back with it. What is asserted is what the API server holds —
+the pod templates, the status the operator wrote, the events it posted.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from support.cluster_env import Cluster, eventually
+from support.operator_env import Operator
+from support.registry_env import ImagePusher
+from support.scenario import (
+    deployment,
+    event_messages,
+    event_reasons,
+    images,
+    policy,
+    settle,
+    status,
+    target,
+    target_status,
+)
+
+pytestmark = pytest.mark.cluster
+
+VERDICT_TIMEOUT = 120
+
+
+def test_a_peer_that_cannot_move_holds_the_other_untouched_until_both_move_together(
+    operator: Operator, cluster: Cluster, pusher: ImagePusher, policy_namespace: str
+) -> None:
+    ns, reg = policy_namespace, operator.registry
+    old = pusher.push(f"{ns}/app", "prod", seed="lockstep-hold-old")
+    pinned_old = f"{reg}/{ns}/app@{old.digest}"
+    cluster.apply(deployment("api-server", {"api": pinned_old}, replicas=1), namespace=ns)
+    # The proxy's pods never become Ready: it never settles, so it is Frozen at once.
+    stuck = {"imagerefresh.test/never-ready": "true"}
+    cluster.apply(
+        deployment("proxy", {"proxy": pinned_old}, replicas=1, annotations=stuck), namespace=ns
+    )
+    cluster.kubectl("rollout", "status", "-n", ns, "deployment/api-server", "--timeout=60s")
+    new = pusher.push(f"{ns}/app", "prod", seed="lockstep-hold-new")
+    tag = f"{reg}/{ns}/app:prod"
+    cluster.apply(
+        policy(
+            "control-plane",
+            target("api-server", api=tag),
+            target("proxy", proxy=tag),
+            lockstep=True,
+            maxSkipTicks=1,
+        ),
+        namespace=ns,
+    )
+    operator.wait_first_tick(ns, "control-plane")
+    waiting = eventually(
+        lambda: (t := target_status(cluster, ns, "api-server"))["phase"] == "Waiting" and t,
+        timeout=30,
+        what="api-server to wait for its lockstep peer",
+    )
+    assert target_status(cluster, ns, "proxy")["phase"] == "Frozen"
+    assert f"Deployment {ns}/proxy (Frozen) cannot refresh now" in waiting["message"]
+    assert waiting.get("pending") is None
+    event_reasons(cluster, ns, "api-server", "LockstepWaiting")
+    operator.tick(ns, "control-plane")
+    assert images(cluster, ns, "api-server") == {"api": pinned_old}
+    assert images(cluster, ns, "proxy") == {"proxy": pinned_old}
+
+    # Someone fixes the proxy (its pods now become Ready on the old image): both move, together.
+    cluster.kubectl(
+        "patch", "deployment", "proxy", "-n", ns, "--type", "json", "-p",
+        '[{"op": "remove", "path": "/spec/template/metadata/annotations/'
+        'imagerefresh.test~1never-ready"}]',
+    )  # fmt: skip
+    cluster.kubectl("rollout", "status", "-n", ns, "deployment/proxy", "--timeout=60s")
+    settle(operator, cluster, ns, "api-server", timeout=VERDICT_TIMEOUT)
+    settle(operator, cluster, ns, "proxy", timeout=VERDICT_TIMEOUT)
+    pinned_new = f"{reg}/{ns}/app@{new.digest}"
+    assert images(cluster, ns, "api-server") == {"api": pinned_new}
+    assert images(cluster, ns, "proxy") == {"proxy": pinned_new}
+    for workload in ("api-server", "proxy"):
+        event_reasons(cluster, ns, workload, "Refreshed")
+
+
+def test_when_one_peer_fails_the_other_that_moved_is_rolled_back_with_it_uncounted(
+    operator: Operator, cluster: Cluster, pusher: ImagePusher, policy_namespace: str
+) -> None:
+    ns, reg = policy_namespace, operator.registry
+    bad = pusher.push(f"{ns}/app", "prod", seed="lockstep-fail-bad")
+    good = pusher.push(f"{ns}/app", "prod", seed="lockstep-fail-good")
+    pinned_good = f"{reg}/{ns}/app@{good.digest}"
+    cluster.apply(deployment("api-server", {"api": pinned_good}, replicas=1), namespace=ns)
+    # Only the proxy's pods of the bad digest never become Ready; the api-server's do.
+    stalls = {"imagerefresh.test/never-ready-image": bad.digest}
+    cluster.apply(
+        deployment("proxy", {"proxy": pinned_good}, replicas=1, annotations=stalls), namespace=ns
+    )
+    for workload in ("api-server", "proxy"):
+        cluster.kubectl("rollout", "status", "-n", ns, f"deployment/{workload}", "--timeout=60s")
+    pusher.push(f"{ns}/app", "prod", seed="lockstep-fail-bad")  # the tag → the bad digest
+    tag = f"{reg}/{ns}/app:prod"
+    # The production interval: after the policy's first tick nothing pokes it.
+    cluster.apply(
+        policy(
+            "control-plane",
+            target("api-server", api=tag),
+            target("proxy", proxy=tag),
+            lockstep=True,
+            rolloutTimeout="30s",
+        ),
+        namespace=ns,
+    )
+    for workload in ("api-server", "proxy"):
+        event_reasons(cluster, ns, workload, "Refreshing", timeout=30)
+    failed = event_reasons(
+        cluster, ns, "proxy", "RefreshFailed", "RollingBack", timeout=VERDICT_TIMEOUT
+    )
+    assert failed.count("RefreshFailed") == 1
+    (rollback,) = event_messages(cluster, ns, "api-server", "RollingBack")
+    assert rollback.startswith(f"rolling Deployment {ns}/api-server back to api={pinned_good}")
+    assert "its lockstep peers on" in rollback
+    assert f"Deployment {ns}/proxy" in rollback
+    for workload, container in (("api-server", "api"), ("proxy", "proxy")):
+        eventually(
+            lambda w=workload, c=container: images(cluster, ns, w) == {c: pinned_good},
+            timeout=30,
+            what=f"{workload} rolled back to the image the refresh replaced",
+        )
+    event_reasons(cluster, ns, "api-server", "RolledBack", timeout=VERDICT_TIMEOUT)
+    reasons = event_reasons(cluster, ns, "api-server")
+    assert "Refreshed" not in reasons  # its own rollout settled, but the group's did not
+    assert "RefreshFailed" not in reasons
+    targets = {t["name"]: t for t in status(cluster, ns)["targets"]}
+    assert targets["proxy"]["refreshAttempts"] == 1
+    assert targets["api-server"]["refreshAttempts"] == 0
