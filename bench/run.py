@@ -25,6 +25,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
@@ -622,6 +623,41 @@ class Bench:
         self.custom.delete_namespaced_custom_object(
             "images.tracebloc.io", "v1alpha1", warm_ns, "imagerefreshpolicies", "bench-warm"
         )
+        self._patch_floor(n)
+
+    def _patch_floor(self, n: int) -> None:
+        """What the same cluster needs for the patches alone: the floor under row 3's figure.
+
+        Every workload of the fleet gets one merge patch of its pod template (an annotation:
+        a rollout as an image change starts one, and no image moves under the operator's
+        feet), sent by a plain client 16 at a time — the writes a perfect operator could not
+        avoid, with none of its reads, status writes or events.
+        """
+        fleet = self.fleet
+        names = [
+            (fleet.namespace(p), fleet.workload_name(p, t))
+            for p in range(fleet.policies)
+            for t in range(fleet.targets)
+        ]
+        body = {"spec": {"template": {"metadata": {"annotations": {"bench/floor": "1"}}}}}
+        pids = self.env.component_pids()
+        cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+        started = time.monotonic()
+
+        def patch(key: tuple[str, str]) -> None:
+            self.apps.patch_namespaced_deployment(key[1], key[0], body)
+
+        with ThreadPoolExecutor(16) as pool:
+            list(pool.map(patch, names))
+        took = time.monotonic() - started
+        used = {name: cpu_seconds(pid) - cpu_before[name] for name, pid in pids.items()}
+        self.table.add(
+            "3 tick time at scale",
+            f"floor: the {n} template patches alone, from a plain client 16 at a time "
+            "(no reads, no status, no events): first sent → last answered",
+            f"{_fmt(took, 2)} s (kube-apiserver {_fmt(used.get('kube-apiserver', 0), 2)} CPU s)",
+        )
+        wait_for(lambda: self.settled(fleet.namespace_names), "the fleet's rollouts", 900, 2)
 
     # -- (4) memory soak and (5) latency ----------------------------------------------------
 

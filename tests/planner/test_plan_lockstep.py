@@ -309,12 +309,18 @@ def test_a_member_that_settles_first_holds_its_success_until_every_peer_settled(
 
 def test_a_held_success_has_no_deadline_of_its_own_while_its_peer_is_followed() -> None:
     tick = edge()
-    started(tick)
-    tick.run(seen(jobs(D2, generation=2), proxy(D2, generation=2, available=0)))
+    tick.run(seen(jobs(D1), proxy(D1, replicas=2)), advance=timedelta(minutes=1))
+    tick.run(
+        seen(jobs(D2, generation=2), proxy(D2, generation=2, replicas=2, updated=1, available=0)),
+        advance=timedelta(minutes=1),
+    )
+    # The proxy makes progress: its deadline moves on; the settled jobs-manager's would not.
+    tick.run(seen(jobs(D2, generation=2), proxy(D2, generation=2, replicas=2, available=1)))
     flying = in_flight(tick.spec, tick.status, NS)
     assert flying.workloads == {JOBS, PROXY}
     proxy_pending = tick.target("requests-proxy").pending
-    assert flying.deadline == proxy_pending.started_at + timedelta(minutes=10, seconds=1)
+    assert proxy_pending.progressed_at is not None
+    assert flying.deadline == proxy_pending.progressed_at + timedelta(minutes=10, seconds=1)
 
 
 def test_when_one_member_fails_every_member_that_moved_rolls_back_and_only_it_counts() -> None:
@@ -485,3 +491,39 @@ def test_a_forced_rollback_cascades_to_the_other_group_the_target_moved_in() -> 
         "sidecar": {"monitor": f"{PM_REPO}@{P1}"},
     }
     assert tick.target("sidecar").refresh_attempts == 0
+
+
+def test_a_forged_settled_at_in_the_future_is_not_ours_and_patches_nothing() -> None:
+    tick = edge()
+    started(tick)
+    forged = tuple(
+        t.model_copy(
+            update={
+                "pending": t.pending.model_copy(update={"settled_at": tick.now + timedelta(days=1)})
+            }
+        )
+        if t.name == "jobs-manager"
+        else t
+        for t in tick.status.targets
+    )
+    tick.status = tick.status.model_copy(update={"targets": forged})
+    plan = tick.run(seen(jobs(D2, generation=2), proxy(D2, generation=2)))
+    status = tick.target("jobs-manager")
+    assert status.phase is Phase.ERROR
+    assert "settled in the future" in status.message
+    assert "jobs-manager" not in patched(plan)
+
+
+def test_a_peer_already_on_the_digest_but_unreadable_holds_a_settled_catch_up() -> None:
+    tick = edge()
+    tick.run(seen(jobs(D1), proxy(D2)))  # jobs-manager catches up alone: the proxy is on D2
+    unreadable = seen(jobs(D2, generation=2), None)
+    unreadable[PROXY] = evidence(None, error="the API server did not answer")
+    plan = tick.run(unreadable)
+    assert plan.patches == ()
+    assert "Refreshed" not in reasons(plan)
+    holding = tick.target("jobs-manager")
+    assert holding.phase is Phase.REFRESHING
+    assert "Deployment tracebloc/requests-proxy (Error)" in holding.message
+    done = tick.run(seen(jobs(D2, generation=2), proxy(D2)))
+    assert reasons(done, JOBS) == ["Refreshed"]

@@ -31,31 +31,54 @@ pytestmark = pytest.mark.cluster
 VERDICT_TIMEOUT = 120
 
 
-def test_a_peer_that_cannot_move_holds_the_other_untouched_until_both_move_together(
-    operator: Operator, cluster: Cluster, pusher: ImagePusher, policy_namespace: str
+@pytest.fixture
+def operator(operator_without_interval_ticks: Operator) -> Operator:
+    """Each test its own operator: no interval tick can fall inside it, so a rolled-back
+    refresh is not started again before the test has read its verdict."""
+    return operator_without_interval_ticks
+
+
+def two_on_one_image(
+    cluster: Cluster,
+    ns: str,
+    pinned: str,
+    proxy_annotations: dict[str, str],
+    *,
+    proxy_settles: bool,
+    **spec: object,
 ) -> None:
-    ns, reg = policy_namespace, operator.registry
-    old = pusher.push(f"{ns}/app", "prod", seed="lockstep-hold-old")
-    pinned_old = f"{reg}/{ns}/app@{old.digest}"
-    cluster.apply(deployment("api-server", {"api": pinned_old}, replicas=1), namespace=ns)
-    # The proxy's pods never become Ready: it never settles, so it is Frozen at once.
-    stuck = {"imagerefresh.test/never-ready": "true"}
+    """``api-server`` and ``proxy`` on ``pinned`` (settled, but for a proxy that never does),
+    then a lockstep policy tracking their tag."""
+    cluster.apply(deployment("api-server", {"api": pinned}, replicas=1), namespace=ns)
     cluster.apply(
-        deployment("proxy", {"proxy": pinned_old}, replicas=1, annotations=stuck), namespace=ns
+        deployment("proxy", {"proxy": pinned}, replicas=1, annotations=proxy_annotations),
+        namespace=ns,
     )
-    cluster.kubectl("rollout", "status", "-n", ns, "deployment/api-server", "--timeout=60s")
-    new = pusher.push(f"{ns}/app", "prod", seed="lockstep-hold-new")
-    tag = f"{reg}/{ns}/app:prod"
+    for workload in ("api-server", "proxy") if proxy_settles else ("api-server",):
+        cluster.kubectl("rollout", "status", "-n", ns, f"deployment/{workload}", "--timeout=60s")
+    tag = pinned.partition("@")[0] + ":prod"
     cluster.apply(
         policy(
             "control-plane",
             target("api-server", api=tag),
             target("proxy", proxy=tag),
             lockstep=True,
-            maxSkipTicks=1,
+            **spec,
         ),
         namespace=ns,
     )
+
+
+def test_a_peer_that_cannot_move_holds_the_other_untouched_until_both_move_together(
+    operator: Operator, cluster: Cluster, pusher: ImagePusher, policy_namespace: str
+) -> None:
+    ns, reg = policy_namespace, operator.registry
+    old = pusher.push(f"{ns}/app", "prod", seed="lockstep-hold-old")
+    pinned_old = f"{reg}/{ns}/app@{old.digest}"
+    new = pusher.push(f"{ns}/app", "prod", seed="lockstep-hold-new")
+    # The proxy's pods never become Ready: it never settles, so it is Frozen at once.
+    stuck = {"imagerefresh.test/never-ready": "true"}
+    two_on_one_image(cluster, ns, pinned_old, stuck, proxy_settles=False, maxSkipTicks=1)
     operator.wait_first_tick(ns, "control-plane")
     waiting = eventually(
         lambda: (t := target_status(cluster, ns, "api-server"))["phase"] == "Waiting" and t,
@@ -93,27 +116,11 @@ def test_when_one_peer_fails_the_other_that_moved_is_rolled_back_with_it_uncount
     bad = pusher.push(f"{ns}/app", "prod", seed="lockstep-fail-bad")
     good = pusher.push(f"{ns}/app", "prod", seed="lockstep-fail-good")
     pinned_good = f"{reg}/{ns}/app@{good.digest}"
-    cluster.apply(deployment("api-server", {"api": pinned_good}, replicas=1), namespace=ns)
-    # Only the proxy's pods of the bad digest never become Ready; the api-server's do.
-    stalls = {"imagerefresh.test/never-ready-image": bad.digest}
-    cluster.apply(
-        deployment("proxy", {"proxy": pinned_good}, replicas=1, annotations=stalls), namespace=ns
-    )
-    for workload in ("api-server", "proxy"):
-        cluster.kubectl("rollout", "status", "-n", ns, f"deployment/{workload}", "--timeout=60s")
     pusher.push(f"{ns}/app", "prod", seed="lockstep-fail-bad")  # the tag → the bad digest
-    tag = f"{reg}/{ns}/app:prod"
-    # The production interval: after the policy's first tick nothing pokes it.
-    cluster.apply(
-        policy(
-            "control-plane",
-            target("api-server", api=tag),
-            target("proxy", proxy=tag),
-            lockstep=True,
-            rolloutTimeout="30s",
-        ),
-        namespace=ns,
-    )
+    # Only the proxy's pods of the bad digest never become Ready; the api-server's do. The
+    # production interval: after the policy's first tick nothing pokes it.
+    stalls = {"imagerefresh.test/never-ready-image": bad.digest}
+    two_on_one_image(cluster, ns, pinned_good, stalls, proxy_settles=True, rolloutTimeout="30s")
     for workload in ("api-server", "proxy"):
         event_reasons(cluster, ns, workload, "Refreshing", timeout=30)
     failed = event_reasons(

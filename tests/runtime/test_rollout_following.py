@@ -8,14 +8,13 @@ How many seconds a verdict takes is `make bench`'s to measure, not a test's to a
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
 import pytest
 
 from support.cluster_env import Cluster, eventually
-from support.operator_env import Operator, kwok_pod_template, running_operator
+from support.operator_env import Operator, kwok_pod_template
 from support.registry_env import ImagePusher
 from support.scenario import (
     deployment,
@@ -37,15 +36,9 @@ VERDICT_TIMEOUT = 120
 
 
 @pytest.fixture
-def operator(
-    crd_installed: Cluster, registry: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Operator]:
-    """An operator of this test's own, whose interval grid starts a whole interval (15m) after
-    it does: so no interval tick can fall inside a test, and "no interval tick ran" is a fact
-    the tick counter can assert, not a bet on where a random grid lies."""
-    log = tmp_path_factory.mktemp("operator") / "operator.log"
-    with running_operator(crd_installed, registry, log, grid_from_start=True) as running:
-        yield running
+def operator(operator_without_interval_ticks: Operator) -> Operator:
+    """Each test its own operator: no interval tick can fall inside it (see the fixture)."""
+    return operator_without_interval_ticks
 
 
 def daemonset(name: str, image: str, annotations: dict[str, str]) -> dict[str, Any]:
