@@ -398,23 +398,41 @@ def test_a_member_whose_patch_was_refused_is_behind_so_the_one_that_moved_rolls_
     assert tick.target("jobs-manager").phase is Phase.ROLLING_BACK
 
 
-def test_a_member_whose_patch_met_a_concurrent_edit_joins_the_refresh_in_flight() -> None:
-    tick = edge()
-    started(tick)
-    # The shell: a failed precondition keeps the previous phase and drops the intent.
+def conflicted(tick: Tick, name: str) -> None:
+    """What the shell leaves when ``name``'s patch met a concurrent edit: the previous phase,
+    and no intent."""
     tick.status = tick.status.model_copy(
         update={
             "targets": tuple(
                 t.model_copy(update={"phase": Phase.CURRENT, "pending": None})
-                if t.name == "requests-proxy"
+                if t.name == name
                 else t
                 for t in tick.status.targets
             )
         }
     )
+
+
+def test_a_member_whose_patch_met_a_concurrent_edit_joins_the_refresh_in_flight() -> None:
+    tick = edge()
+    started(tick)
+    conflicted(tick, "requests-proxy")
     plan = tick.run(seen(jobs(D2, generation=2, available=0), proxy(D1)))
     assert patched(plan) == {"requests-proxy": {"proxy": f"{JM_REPO}@{D2}"}}
     assert tick.target("jobs-manager").phase is Phase.REFRESHING
+
+
+def test_a_follow_up_holds_for_a_member_it_did_not_read_and_the_next_tick_lets_it_join() -> None:
+    tick = edge()
+    started(tick)
+    conflicted(tick, "requests-proxy")
+    # A follow-up reads only the rollouts in flight: the proxy's status is the last tick's.
+    followed = tick.run({JOBS: seen(jobs(D2, generation=2), None)[JOBS]}, follow_up=True)
+    assert followed.patches == ()
+    assert tick.target("jobs-manager").phase is Phase.REFRESHING
+    assert "Deployment tracebloc/requests-proxy (Current)" in tick.target("jobs-manager").message
+    joined = tick.run(seen(jobs(D2, generation=2), proxy(D1)))
+    assert patched(joined) == {"requests-proxy": {"proxy": f"{JM_REPO}@{D2}"}}
 
 
 def test_a_peer_whose_evidence_is_unreadable_mid_rollout_holds_the_others_never_rolls_back() -> (

@@ -83,6 +83,9 @@ class LockstepReport:
     starting: Mapping[str, str] = field(default_factory=lambda: _NOTHING)  # → digest it pins
     current: Mapping[str, str] = field(default_factory=lambda: _NOTHING)  # → digest it is on
     judged: Judged | None = None
+    # False for a target a follow-up tick did not decide (its status carried as it was): what
+    # it says of the workload is the last tick's, and it could not have started a refresh.
+    decided: bool = True
 
 
 NO_REPORT = LockstepReport()
@@ -211,11 +214,16 @@ class Member:
         return flying or all(self._on(name, digest) for name in self.containers)
 
     def runs(self, digest: str) -> bool | None:
-        """Whether the template pins ``digest`` (or its pods run it): None when unknowable."""
+        """Whether the template pins ``digest`` (or its pods run it): None when unknowable.
+
+        Unknowable: its evidence was unreadable, or a follow-up tick did not read it — such a
+        member would have started to ``digest`` at an interval tick, so it is not behind yet.
+        """
         if self.status.phase is Phase.ERROR:
             return None
         by_name = {c.name: c for c in self.status.containers}
-        return all(self._runs(by_name.get(name), digest) for name in self.containers)
+        runs = all(self._runs(by_name.get(name), digest) for name in self.containers)
+        return runs if runs or self.report.decided else None
 
     def _runs(self, container: ContainerStatus | None, digest: str) -> bool:
         if container is None or container.live is None:

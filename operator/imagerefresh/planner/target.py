@@ -99,10 +99,11 @@ class TargetOutcome:
     starting: dict[str, str] = field(default_factory=dict)  # container → digest it now pins
     current: dict[str, str] = field(default_factory=dict)  # container → digest it runs
     judged: Judged | None = None
+    decided: bool = True  # False: a follow-up tick carried this target's status as it was
 
     @property
     def report(self) -> LockstepReport:
-        return LockstepReport(self.starting, self.current, self.judged)
+        return LockstepReport(self.starting, self.current, self.judged, self.decided)
 
 
 _CLOCK_SKEW = timedelta(minutes=5)  # what a status written by another replica may be ahead

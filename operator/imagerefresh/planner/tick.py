@@ -172,7 +172,7 @@ def _plan_targets(
     for key, target in zip(keys, spec.targets, strict=True):
         prior = previous.get(key)
         if tick.follow_up and not reset and prior is not None and prior.pending is None:
-            outcomes.append((key, TargetOutcome(status=prior)))
+            outcomes.append((key, TargetOutcome(status=prior, decided=False)))
             continue
         allowed = tick.namespaces.allows(policy.namespace, key.namespace)
         evidence = tick.evidence.get(key, _NOT_READ)
