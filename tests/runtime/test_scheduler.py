@@ -34,6 +34,7 @@ class Clock:
 @dataclass
 class Api:
     version: str = "1"
+    versions: dict[str, str] = field(default_factory=dict)  # by workload name, over version
     reads: int = 0
     read_names: list[str] = field(default_factory=list)
     # Cleared: every read waits for it (an API server slow to answer).
@@ -46,7 +47,7 @@ class Api:
         self.reads += 1
         self.read_names.append(name)
         assert self.answering.wait(10)
-        return {"metadata": {"resourceVersion": self.version}}
+        return {"metadata": {"resourceVersion": self.versions.get(name, self.version)}}
 
 
 @dataclass
@@ -63,9 +64,15 @@ class Ticker:
     metrics: Metrics = field(default_factory=Metrics)
     calls: list[bool] = field(default_factory=list)  # follow_up of each tick
     next: list[object] = field(default_factory=list)  # outcomes (or errors) to hand out
+    # Cleared: every tick waits for it (a tick that takes a while).
+    ticking: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def __post_init__(self) -> None:
+        self.ticking.set()
 
     async def tick(self, namespace: str, name: str, *, follow_up: bool = False) -> Any:
         self.calls.append(follow_up)
+        await self.ticking.wait()
         result = self.next.pop(0) if self.next else None
         if isinstance(result, Exception):
             raise result
@@ -86,6 +93,7 @@ async def running() -> AsyncIterator[tuple[Scheduler, Ticker, Clock]]:
     yield scheduler, ticker, clock
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
+    await scheduler.stop()
 
 
 async def at(scheduler: Scheduler, clock: Clock, now: float) -> None:
@@ -244,3 +252,52 @@ async def test_following_many_rollouts_reads_each_workload_once_and_never_holds_
     await until(lambda: ticker.api.reads == 21)
     await at(scheduler, clock, start + 3)
     assert sorted(ticker.api.read_names) == sorted(["shared"] + [k.name for k in own])
+
+
+async def test_the_reads_of_rollouts_wait_for_running_ticks_but_no_longer_than_their_bound(
+    running: tuple[Scheduler, Ticker, Clock],
+) -> None:
+    scheduler, ticker, clock = running
+    start = clock.now
+    ticker.next = [flying(deadline=start + 600)]
+    scheduler.observe("uid-1", "ns", "p1", INTERVAL, 1)
+    await at(scheduler, clock, start)
+    await until(lambda: len(ticker.calls) == 1)
+    await at(scheduler, clock, start + 2)
+    await until(lambda: ticker.api.reads == 1)  # followed every period
+    ticker.ticking.clear()  # the next tick takes a while
+    scheduler.observe("uid-2", "ns", "p2", INTERVAL, 1)
+    await at(scheduler, clock, start + 2)
+    await until(lambda: len(ticker.calls) == 2)
+    await at(scheduler, clock, start + 4)  # a read is due, but a tick is running: it waits
+    await at(scheduler, clock, start + 8.9)
+    assert ticker.api.reads == 1
+    await at(scheduler, clock, start + 9)  # no longer than the bound (5 s past its time)
+    await until(lambda: ticker.api.reads == 2)
+    ticker.ticking.set()
+    await until(lambda: len(ticker.calls) == 2 and not scheduler._ticking())
+    await at(scheduler, clock, start + 11)  # the tick is done: every period again
+    await until(lambda: ticker.api.reads == 3)
+
+
+async def test_a_follow_up_that_takes_a_while_does_not_hold_up_the_reads_of_other_rollouts(
+    running: tuple[Scheduler, Ticker, Clock],
+) -> None:
+    scheduler, ticker, clock = running
+    start = clock.now
+    one, other = (TargetKey("Deployment", "ns", n) for n in ("one", "other"))  # type: ignore[arg-type]
+    ticker.next = [flying(start + 600, one), flying(start + 600, other)]
+    scheduler.observe("uid-1", "ns", "p1", INTERVAL, 1)
+    scheduler.observe("uid-2", "ns", "p2", INTERVAL, 1)
+    await at(scheduler, clock, start)
+    await until(lambda: len(ticker.calls) == 2)
+    await at(scheduler, clock, start + 2)
+    await until(lambda: ticker.api.reads == 2)
+    ticker.ticking.clear()  # the follow-up below takes a while
+    ticker.api.versions["one"] = "2"
+    await at(scheduler, clock, start + 4)
+    await until(lambda: ticker.calls == [False, False, True])
+    await at(scheduler, clock, start + 6)  # p2's rollout is still read every period
+    await until(lambda: ticker.api.reads == 5)
+    ticker.ticking.set()
+    await until(lambda: not any(p.running for p in scheduler._policies.values()))

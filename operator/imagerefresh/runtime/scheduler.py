@@ -15,7 +15,10 @@ raw-event handler, which persists nothing) and this scheduler decides when each 
   ``resourceNames`` RBAC allows) and a change of their ``resourceVersion`` — the controller
   reporting progress, completion or failure — ticks the policy within that period; a rollout
   that stops changing is ticked once its progress deadline passes. A follow-up judges only the
-  rollouts in flight and asks the registry nothing new.
+  rollouts in flight and asks the registry nothing new. While interval or prompt ticks run,
+  the reads wait for them (at most ``poll_defer`` seconds): the ticks that start refreshes go
+  first, and a fleet's policies ticking together on the grid are not slowed by reads of the
+  rollouts they have just started.
 
 A tick that fails on the API server is retried after ``retry_delay`` seconds; the loop itself
 never dies of one policy's error. Ticks run as tasks bounded by the ticker's slots.
@@ -43,6 +46,7 @@ log = structlog.get_logger(__name__)
 DEFAULT_FOLLOW_PERIOD = 2.0
 DEFAULT_RETRY_DELAY = 30.0
 DEFAULT_POLL_CONCURRENCY = 8  # workload reads in flight at once while following rollouts
+DEFAULT_POLL_DEFER = 5.0  # how long the reads of rollouts may wait for ticks that are running
 
 
 @dataclass
@@ -58,6 +62,7 @@ class _Policy:
     in_flight: InFlight = NOTHING_IN_FLIGHT
     versions: dict[TargetKey, str] = field(default_factory=dict)
     running: asyncio.Task[None] | None = None
+    running_follow_up: bool = False  # whether the tick running is a follow-up
     gone: bool = False
 
     @property
@@ -82,6 +87,7 @@ class Scheduler:
         follow_period: float = DEFAULT_FOLLOW_PERIOD,
         retry_delay: float = DEFAULT_RETRY_DELAY,
         poll_concurrency: int = DEFAULT_POLL_CONCURRENCY,
+        poll_defer: float = DEFAULT_POLL_DEFER,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.ticker, self.phase, self.clock = ticker, phase, clock
@@ -90,7 +96,7 @@ class Scheduler:
         self._changed = asyncio.Event()
         self._next_poll = 0.0
         self._polling: asyncio.Task[None] | None = None
-        self.poll_concurrency = poll_concurrency
+        self.poll_concurrency, self.poll_defer = poll_concurrency, poll_defer
 
     # --- what kopf reports ------------------------------------------------------------------
 
@@ -130,8 +136,9 @@ class Scheduler:
             for policy in list(self._policies.values()):
                 when, follow_up = policy.next_tick()
                 if policy.running is None and when <= now:
+                    policy.running_follow_up = follow_up
                     policy.running = asyncio.create_task(self._tick(policy, follow_up))
-            if now >= self._next_poll and (self._polling is None or self._polling.done()):
+            if self._poll_due(now) and (self._polling is None or self._polling.done()):
                 self._next_poll = now + self.follow_period
                 self._polling = asyncio.create_task(self._poll())
             with contextlib.suppress(TimeoutError):
@@ -146,6 +153,19 @@ class Scheduler:
             task.cancel()
         await asyncio.gather(*running, return_exceptions=True)
 
+    def _ticking(self) -> bool:
+        """Whether an interval or prompt tick is running (a follow-up does not count)."""
+        return any(
+            policy.running is not None and not policy.running_follow_up
+            for policy in self._policies.values()
+        )
+
+    def _poll_due(self, now: float) -> bool:
+        """The reads of rollouts are due every period, but wait for running ticks a while."""
+        if now < self._next_poll:
+            return False
+        return not self._ticking() or now >= self._next_poll + self.poll_defer
+
     def _sleep(self, now: float) -> float:
         waits = [
             policy.next_tick()[0] - now
@@ -154,7 +174,9 @@ class Scheduler:
         ]
         polling = self._polling is not None and not self._polling.done()
         if not polling and any(policy.in_flight.workloads for policy in self._policies.values()):
-            waits.append(self._next_poll - now)
+            # A tick that ends wakes the loop; the bound on the wait does not.
+            deferred = self.poll_defer if self._ticking() else 0.0
+            waits.append(self._next_poll + deferred - now)
         return max(0.05, min(waits, default=3600.0))
 
     def _grid_after(self, interval: float, now: float) -> float:
