@@ -135,6 +135,11 @@ class Fleet:
     def reference_of(self, policy_index: int, target_index: int) -> int:
         return (self.targets * policy_index + target_index) % self.references
 
+    @property
+    def repositories(self) -> list[str]:
+        """The repository paths of the fleet's references, as the registry serves them."""
+        return [self.path(reference) for reference in range(self.references)]
+
     def path(self, reference: int) -> str:
         return f"fleet/app-{reference:02d}"
 

@@ -53,6 +53,7 @@ from harness import (
 )
 
 from support.cluster_env import Cluster
+from support.hub_front import ServedRequest
 from support.registry_env import ImagePusher
 
 BARE_OPERATOR = Path(__file__).resolve().with_name("bare_operator.py")
@@ -171,11 +172,27 @@ def classify(kind: str, method: str) -> str:
     return "other"
 
 
-def registry_counts(front: HubFront, since: int) -> Counter[str]:
+def registry_counts(
+    front: HubFront, since: int, repositories: Iterable[str] | None = None
+) -> Counter[str]:
+    """Requests the front served since ``since``; only about ``repositories``, when given.
+
+    The fleet's rows name its repositories: the edge's policy is still there during them and
+    ticks on its own grid, and its requests are not the fleet's.
+    """
+    wanted = None if repositories is None else set(repositories)
     counts: Counter[str] = Counter()
     for served in list(front.served[since:]):
+        if wanted is not None and not _concerns(served, wanted):
+            continue
         counts[classify(served.kind, served.method)] += 1
     return counts
+
+
+def _concerns(served: ServedRequest, repositories: set[str]) -> bool:
+    if served.kind == "token":
+        return any(scope.split(":")[1] in repositories for scope in served.scopes if ":" in scope)
+    return served.path.removeprefix("/v2/").split("/manifests/")[0] in repositories
 
 
 def per_tick_text(counts: Counter[str], ticks: float) -> str:
@@ -489,7 +506,7 @@ class Bench:
             self.apply(namespace, [o for o in items if o["kind"] == "ImageRefreshPolicy"])
         self.operator.wait_ticks(before, fleet.policy_keys, timeout=600)
         self.last_resolution = time.monotonic()
-        cold = registry_counts(self.front, mark)
+        cold = registry_counts(self.front, mark, self.fleet.repositories)
         self.table.add(
             f"1b registry, {fleet.policies} policies x {fleet.targets} targets, "
             f"{fleet.references} unique refs",
@@ -510,7 +527,7 @@ class Bench:
             self.spaced()
             time.sleep(LAPSED_TOKEN_LIFETIME)
             self.tick(keys)
-        lapsed = registry_counts(self.front, mark)
+        lapsed = registry_counts(self.front, mark, self.fleet.repositories)
         self._registry_rows(
             section, lapsed, self.config.ticks, unique, baseline, "per round, tokens lapsed"
         )
@@ -527,7 +544,7 @@ class Bench:
                 durations.append(self.tick(keys).span)
 
             idle.add(self.api.measure(len(keys), round_))
-        warm = registry_counts(self.front, mark)
+        warm = registry_counts(self.front, mark, self.fleet.repositories)
         self._registry_rows(
             section, warm, self.config.ticks, unique, baseline, "per round, tokens still valid"
         )
@@ -567,7 +584,9 @@ class Bench:
             timed = timed_rounds[0]
             for name, pid in pids.items():
                 cpu_used[name] = cpu_used.get(name, 0.0) + cpu_seconds(pid) - cpu_before[name]
-            registry_during.append(sum(registry_counts(self.front, mark).values()))
+            registry_during.append(
+                sum(registry_counts(self.front, mark, self.fleet.repositories).values())
+            )
             if len(timed.patched) < len(keys) * fleet.targets:
                 raise RuntimeError(
                     f"round {round_no}: {len(timed.patched)} patches, "
@@ -753,7 +772,7 @@ class Bench:
         sampler.join()
         elapsed = time.monotonic() - started
         rounds = (time.monotonic() - counted_from) / config.interval
-        soak_counts = registry_counts(self.front, mark)
+        soak_counts = registry_counts(self.front, mark, self.fleet.repositories)
         ticks = sum(operator.ticks().values()) - ticks_before
         if not operator.alive() or any(p.poll() is not None for p in self.bare.values()):
             raise RuntimeError("an operator died during the soak")
