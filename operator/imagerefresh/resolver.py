@@ -15,7 +15,9 @@ hostile answer should be able to reach, but if it does) becomes a
 
 The last answer for each reference is also remembered (for a day), so that a follow-up tick —
 judging a rollout in flight between interval ticks — asks the registry nothing it has already
-answered; only interval ticks ask afresh.
+answered; only interval ticks ask afresh. A tick someone asked for (``refresh-now``, a reset, a
+spec change) asks *fresh*: it shares no answer from before it was asked for, since the point of
+asking is often a build pushed a moment ago; what it learns the others then share.
 """
 
 from __future__ import annotations
@@ -139,28 +141,32 @@ class SharedResolver:
                 del self._indexes[next(iter(self._indexes))]
         return await task
 
-    def _task(self, key: ResolutionKey, now: float) -> asyncio.Task[ResolutionOutcome]:
+    def _task(
+        self, key: ResolutionKey, now: float, fresh: bool = False
+    ) -> asyncio.Task[ResolutionOutcome]:
         recent = self._recent.get(key)
-        if recent is not None and (not recent[1].done() or now - recent[0] < self.window):
+        shared = recent is not None and (not recent[1].done() or now - recent[0] < self.window)
+        if recent is not None and shared and not fresh:
             return recent[1]
         task = asyncio.ensure_future(self._ask(key))
         self._recent[key] = (now, task)
         return task
 
     async def resolve(
-        self, keys: Iterable[ResolutionKey], *, remembered: bool = False
+        self, keys: Iterable[ResolutionKey], *, remembered: bool = False, fresh: bool = False
     ) -> dict[ResolutionKey, ResolutionOutcome]:
         """Resolve each unique key once: the resolution, or the error that blocked it.
 
         ``remembered``: take the last answer for a key when there is one, whatever its age
-        (a follow-up tick); only keys never asked go to the registry.
+        (a follow-up tick); only keys never asked go to the registry. ``fresh``: ask the
+        registry for every key now, sharing no answer (nor request) from before.
         """
         now = self.clock()
         self._forget_before(now - self.window, now - REMEMBERED_FOR)
         unique = list(dict.fromkeys(ResolutionKey.of(k.reference, k.credentials) for k in keys))
         known = {k: self._last[k][1] for k in unique if remembered and k in self._last}
         asked = [key for key in unique if key not in known]
-        results = await asyncio.gather(*(self._task(key, now) for key in asked))
+        results = await asyncio.gather(*(self._task(key, now, fresh) for key in asked))
         return known | dict(zip(asked, results, strict=True))
 
     def _forget_before(self, cutoff: float, forgotten: float) -> None:

@@ -63,6 +63,7 @@ class Ticker:
     api: Api = field(default_factory=Api)
     metrics: Metrics = field(default_factory=Metrics)
     calls: list[bool] = field(default_factory=list)  # follow_up of each tick
+    fresh: list[bool] = field(default_factory=list)  # fresh of each tick
     next: list[object] = field(default_factory=list)  # outcomes (or errors) to hand out
     # Cleared: every tick waits for it (a tick that takes a while).
     ticking: asyncio.Event = field(default_factory=asyncio.Event)
@@ -70,8 +71,11 @@ class Ticker:
     def __post_init__(self) -> None:
         self.ticking.set()
 
-    async def tick(self, namespace: str, name: str, *, follow_up: bool = False) -> Any:
+    async def tick(
+        self, namespace: str, name: str, *, follow_up: bool = False, fresh: bool = False
+    ) -> Any:
         self.calls.append(follow_up)
+        self.fresh.append(fresh)
         await self.ticking.wait()
         result = self.next.pop(0) if self.next else None
         if isinstance(result, Exception):
@@ -301,3 +305,24 @@ async def test_a_follow_up_that_takes_a_while_does_not_hold_up_the_reads_of_othe
     await until(lambda: ticker.api.reads == 5)
     ticker.ticking.set()
     await until(lambda: not any(p.running for p in scheduler._policies.values()))
+
+
+async def test_a_tick_someone_asked_for_reads_fresh_and_the_grid_and_follow_ups_do_not(
+    running: tuple[Scheduler, Ticker, Clock],
+) -> None:
+    scheduler, ticker, clock = running
+    start = clock.now
+    scheduler.observe("uid", "ns", "p", INTERVAL, ("refresh-now", 1))
+    await at(scheduler, clock, start)
+    await until(lambda: len(ticker.calls) == 1)  # first seen: nothing to be fresher than
+    ticker.next = [flying(deadline=start + 600)]
+    scheduler.observe("uid", "ns", "p", INTERVAL, ("refresh-now", 2))  # asked for
+    await at(scheduler, clock, start + 1)
+    await until(lambda: len(ticker.calls) == 2)
+    ticker.api.version = "2"  # its rollout moves: a follow-up
+    await at(scheduler, clock, start + 4)
+    await until(lambda: len(ticker.calls) == 3)
+    await at(scheduler, clock, 1_000_800.0)  # the grid's next instant
+    await until(lambda: len(ticker.calls) == 4)
+    assert ticker.calls == [False, False, True, False]
+    assert ticker.fresh == [False, True, False, False]

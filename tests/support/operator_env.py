@@ -195,11 +195,24 @@ def crd_installed(cluster: Cluster) -> Cluster:
 
 @contextlib.contextmanager
 def running_operator(
-    cluster: Cluster, registry: str, log: Path, *, grid_from_start: bool = False
+    cluster: Cluster,
+    registry: str,
+    log: Path,
+    *,
+    grid_from_start: bool = False,
+    extra_args: tuple[str, ...] = (),
 ) -> Iterator[Operator]:
     """``imagerefresh run`` against the test cluster and registry, behind a Docker-Hub front."""
     front = HubFront(registry).start()
-    running = Operator(cluster, registry, free_port(), log, front, grid_from_start=grid_from_start)
+    running = Operator(
+        cluster,
+        registry,
+        free_port(),
+        log,
+        front,
+        extra_args=extra_args,
+        grid_from_start=grid_from_start,
+    )
     running.start()
     try:
         yield running

@@ -295,6 +295,7 @@ async def gather(
     claimed_elsewhere: Mapping[tuple[TargetKey, str], str] | None = None,
     follow_up: bool = False,
     shared_reads: ReadCache | None = None,
+    fresh: bool = False,
 ) -> Gathered:
     """Everything one tick of ``policy`` decides on (``claimed_elsewhere``: other policies'
     containers, see :mod:`.claims`; ``shared_reads``: ServiceAccounts and pull secrets read
@@ -302,6 +303,8 @@ async def gather(
 
     ``follow_up``: a tick between interval ticks that judges only the rollouts in flight —
     only their workloads are read, and the registry is asked nothing already answered.
+    ``fresh``: a tick someone asked for — the registry is asked again whatever the others
+    learned within the resolution window, and ServiceAccounts and pull secrets are read anew.
     """
     view = policy_view(policy)
     spec = view.spec
@@ -313,7 +316,9 @@ async def gather(
     if follow_up:
         flying = in_flight(spec, view.status, view.namespace).workloads
         reachable = [k for k in reachable if k in flying]
-    reads = await _read_all(api, reachable, config.kube_concurrency, shared_reads)
+    reads = await _read_all(
+        api, reachable, config.kube_concurrency, None if fresh else shared_reads
+    )
 
     wanted: dict[tuple[TargetKey, str], ResolutionKey] = {}
     chosen: dict[tuple[TargetKey, str], Credentials | None] = {}
@@ -329,7 +334,7 @@ async def gather(
             if container.digest is None and _runs_tracked(read.parsed, container):
                 wanted[(key, container.name)] = ResolutionKey.of(container.tracked, credentials)
     identities, accounts = _identities(chosen)
-    outcomes = await resolver.resolve(wanted.values(), remembered=follow_up)
+    outcomes = await resolver.resolve(wanted.values(), remembered=follow_up, fresh=fresh)
 
     # Where pods report another digest than the tag resolved to, it may be one of the index's
     # platform manifests (containers/image runtimes report those): read the index's children.

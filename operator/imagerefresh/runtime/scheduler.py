@@ -8,7 +8,8 @@ raw-event handler, which persists nothing) and this scheduler decides when each 
 - **interval ticks**, on the grid of :mod:`.schedule` (policies of one interval tick together
   and share registry answers);
 - **prompt ticks**, at once, when a policy is first seen or its spec, reset, refresh-now or
-  refresh-outside-window annotation changes, and when a refresh window a drifted target waits
+  refresh-outside-window annotation changes (such a tick reads *fresh*: it takes no registry
+  answer from before it was asked for), and when a refresh window a drifted target waits
   for opens (the tick's ``window_opens``), rather than up to an interval later;
 - **follow-up ticks**, while a rollout of ours is in flight (:mod:`imagerefresh.planner.follow`):
   the in-flight workloads are read every ``follow_period`` seconds (a GET by name, which
@@ -63,6 +64,7 @@ class _Policy:
     versions: dict[TargetKey, str] = field(default_factory=dict)
     running: asyncio.Task[None] | None = None
     running_follow_up: bool = False  # whether the tick running is a follow-up
+    asked: bool = False  # the next tick was asked for (a new trigger): it reads fresh
     gone: bool = False
 
     @property
@@ -109,7 +111,7 @@ class Scheduler:
             self._policies[uid] = _Policy(namespace, name, interval, trigger)
         else:
             if policy.trigger != trigger:
-                policy.trigger, policy.due = trigger, 0.0
+                policy.trigger, policy.due, policy.asked = trigger, 0.0, True
             if policy.interval != interval:
                 policy.interval = interval
                 policy.due = min(policy.due, self._grid_after(interval, self.clock()))
@@ -184,10 +186,14 @@ class Scheduler:
 
     async def _tick(self, policy: _Policy, follow_up: bool) -> None:
         started = self.clock()
+        fresh = False
         if not follow_up:
             policy.due = self._grid_after(policy.interval, started)
+            fresh, policy.asked = policy.asked, False
         try:
-            outcome = await self.ticker.tick(policy.namespace, policy.name, follow_up=follow_up)
+            outcome = await self.ticker.tick(
+                policy.namespace, policy.name, follow_up=follow_up, fresh=fresh
+            )
         except KubeError as error:
             log.warning(
                 "tick failed; retrying",

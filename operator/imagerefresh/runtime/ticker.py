@@ -78,7 +78,7 @@ class PolicyTicker:
         self._slots = asyncio.Semaphore(config.tick_concurrency)
 
     async def _gather(
-        self, policy: dict[str, Any], now: datetime, *, follow_up: bool = False
+        self, policy: dict[str, Any], now: datetime, *, follow_up: bool = False, fresh: bool = False
     ) -> Gathered:
         metadata = policy["metadata"]
         return await gather(
@@ -91,6 +91,7 @@ class PolicyTicker:
             claimed_elsewhere=self.claims.elsewhere(metadata["namespace"], metadata["name"]),
             follow_up=follow_up,
             shared_reads=self.shared_reads,
+            fresh=fresh,
         )
 
     async def plan(self, namespace: str, name: str) -> tuple[Gathered, Plan] | None:
@@ -102,12 +103,13 @@ class PolicyTicker:
         return gathered, plan_tick(gathered.tick)
 
     async def tick(
-        self, namespace: str, name: str, *, follow_up: bool = False
+        self, namespace: str, name: str, *, follow_up: bool = False, fresh: bool = False
     ) -> TickOutcome | None:
         """Run one tick of the policy, when a slot is free; None when it no longer exists.
 
         ``follow_up``: judge only the rollouts in flight, between interval ticks (see
-        :mod:`imagerefresh.planner.follow`).
+        :mod:`imagerefresh.planner.follow`). ``fresh``: a tick someone asked for (a new
+        trigger): nothing read before it is taken for an answer (see :func:`.gather`).
 
         Policies on one interval tick at the same instant (:mod:`.schedule`); the slots bound
         how many run at once, and so how many ticks' API objects are held in memory at once
@@ -115,9 +117,11 @@ class PolicyTicker:
         whole fleet.
         """
         async with self._slots:
-            return await self._tick(namespace, name, follow_up)
+            return await self._tick(namespace, name, follow_up, fresh)
 
-    async def _tick(self, namespace: str, name: str, follow_up: bool) -> TickOutcome | None:
+    async def _tick(
+        self, namespace: str, name: str, follow_up: bool, fresh: bool = False
+    ) -> TickOutcome | None:
         started = time.monotonic()
         outcome = "error"
         try:
@@ -127,7 +131,7 @@ class PolicyTicker:
                 return None
             now = self.clock()
             try:
-                gathered = await self._gather(policy, now, follow_up=follow_up)
+                gathered = await self._gather(policy, now, follow_up=follow_up, fresh=fresh)
             except PolicyUnreadable as error:
                 outcome = "invalid" if error.part == "spec" else "unreadable_status"
                 await self._unreadable(policy, error, now)
