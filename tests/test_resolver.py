@@ -167,7 +167,7 @@ async def test_policies_ticking_within_the_window_share_one_request_and_join_in_
         assert len(heads) == 2
 
 
-async def test_a_tick_asked_for_asks_again_within_the_window_and_the_others_share_its_answer(
+async def test_a_tick_asked_for_takes_no_answer_from_before_it_and_later_ticks_share_its_own(
     hub_front: HubFront, pusher: ImagePusher
 ) -> None:
     old = pusher.push("asked/app", "prod", seed="a1")
@@ -182,14 +182,15 @@ async def test_a_tick_asked_for_asks_again_within_the_window_and_the_others_shar
         await shared.resolve([key])  # the grid's tick
         new = pusher.push("asked/app", "prod", seed="a2")  # a release pipeline pushes...
         clock.now = 1.0
-        asked = await shared.resolve([key], fresh=True)  # ...and asks for a tick (refresh-now)
+        asked = await shared.resolve([key], since=0.5)  # ...and asks for a tick (refresh-now)
         assert heads() == 2
         assert isinstance(asked[key], Resolution)
         assert asked[key].digest == new.digest != old.digest
         clock.now = 2.0
         others = await shared.resolve([key])  # a policy ticking on the grid meanwhile
+        also_asked = await shared.resolve([key], since=0.9)  # another asked for with the first
         assert heads() == 2
-        assert others[key] == asked[key]
+        assert others[key] == also_asked[key] == asked[key]
 
 
 async def test_a_follow_up_takes_the_last_answer_whatever_its_age_and_asks_only_new_keys(

@@ -16,8 +16,9 @@ hostile answer should be able to reach, but if it does) becomes a
 The last answer for each reference is also remembered (for a day), so that a follow-up tick —
 judging a rollout in flight between interval ticks — asks the registry nothing it has already
 answered; only interval ticks ask afresh. A tick someone asked for (``refresh-now``, a reset, a
-spec change) asks *fresh*: it shares no answer from before it was asked for, since the point of
-asking is often a build pushed a moment ago; what it learns the others then share.
+spec change) shares no answer whose request started before it was asked for — the point of
+asking is often a build pushed a moment ago — but shares any started since, so many policies
+asked for at once still cost one request per reference.
 """
 
 from __future__ import annotations
@@ -142,31 +143,38 @@ class SharedResolver:
         return await task
 
     def _task(
-        self, key: ResolutionKey, now: float, fresh: bool = False
+        self, key: ResolutionKey, now: float, since: float | None = None
     ) -> asyncio.Task[ResolutionOutcome]:
         recent = self._recent.get(key)
-        shared = recent is not None and (not recent[1].done() or now - recent[0] < self.window)
-        if recent is not None and shared and not fresh:
+        if (
+            recent is not None
+            and (since is None or recent[0] >= since)
+            and (not recent[1].done() or now - recent[0] < self.window)
+        ):
             return recent[1]
         task = asyncio.ensure_future(self._ask(key))
         self._recent[key] = (now, task)
         return task
 
     async def resolve(
-        self, keys: Iterable[ResolutionKey], *, remembered: bool = False, fresh: bool = False
+        self,
+        keys: Iterable[ResolutionKey],
+        *,
+        remembered: bool = False,
+        since: float | None = None,
     ) -> dict[ResolutionKey, ResolutionOutcome]:
         """Resolve each unique key once: the resolution, or the error that blocked it.
 
         ``remembered``: take the last answer for a key when there is one, whatever its age
-        (a follow-up tick); only keys never asked go to the registry. ``fresh``: ask the
-        registry for every key now, sharing no answer (nor request) from before.
+        (a follow-up tick); only keys never asked go to the registry. ``since`` (on this
+        resolver's clock): share no request that started before it (a tick asked for then).
         """
         now = self.clock()
         self._forget_before(now - self.window, now - REMEMBERED_FOR)
         unique = list(dict.fromkeys(ResolutionKey.of(k.reference, k.credentials) for k in keys))
         known = {k: self._last[k][1] for k in unique if remembered and k in self._last}
         asked = [key for key in unique if key not in known]
-        results = await asyncio.gather(*(self._task(key, now, fresh) for key in asked))
+        results = await asyncio.gather(*(self._task(key, now, since) for key in asked))
         return known | dict(zip(asked, results, strict=True))
 
     def _forget_before(self, cutoff: float, forgotten: float) -> None:

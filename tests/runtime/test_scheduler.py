@@ -63,7 +63,7 @@ class Ticker:
     api: Api = field(default_factory=Api)
     metrics: Metrics = field(default_factory=Metrics)
     calls: list[bool] = field(default_factory=list)  # follow_up of each tick
-    fresh: list[bool] = field(default_factory=list)  # fresh of each tick
+    asked: list[float | None] = field(default_factory=list)  # asked_at of each tick
     next: list[object] = field(default_factory=list)  # outcomes (or errors) to hand out
     # Cleared: every tick waits for it (a tick that takes a while).
     ticking: asyncio.Event = field(default_factory=asyncio.Event)
@@ -72,10 +72,10 @@ class Ticker:
         self.ticking.set()
 
     async def tick(
-        self, namespace: str, name: str, *, follow_up: bool = False, fresh: bool = False
+        self, namespace: str, name: str, *, follow_up: bool = False, asked_at: float | None = None
     ) -> Any:
         self.calls.append(follow_up)
-        self.fresh.append(fresh)
+        self.asked.append(asked_at)
         await self.ticking.wait()
         result = self.next.pop(0) if self.next else None
         if isinstance(result, Exception):
@@ -307,7 +307,7 @@ async def test_a_follow_up_that_takes_a_while_does_not_hold_up_the_reads_of_othe
     await until(lambda: not any(p.running for p in scheduler._policies.values()))
 
 
-async def test_a_tick_someone_asked_for_reads_fresh_and_the_grid_and_follow_ups_do_not(
+async def test_a_tick_someone_asked_for_says_when_and_the_grid_and_follow_ups_do_not(
     running: tuple[Scheduler, Ticker, Clock],
 ) -> None:
     scheduler, ticker, clock = running
@@ -325,4 +325,4 @@ async def test_a_tick_someone_asked_for_reads_fresh_and_the_grid_and_follow_ups_
     await at(scheduler, clock, 1_000_800.0)  # the grid's next instant
     await until(lambda: len(ticker.calls) == 4)
     assert ticker.calls == [False, False, True, False]
-    assert ticker.fresh == [False, True, False, False]
+    assert ticker.asked == [None, start, None, None]

@@ -295,7 +295,7 @@ async def gather(
     claimed_elsewhere: Mapping[tuple[TargetKey, str], str] | None = None,
     follow_up: bool = False,
     shared_reads: ReadCache | None = None,
-    fresh: bool = False,
+    asked_at: float | None = None,
 ) -> Gathered:
     """Everything one tick of ``policy`` decides on (``claimed_elsewhere``: other policies'
     containers, see :mod:`.claims`; ``shared_reads``: ServiceAccounts and pull secrets read
@@ -303,8 +303,8 @@ async def gather(
 
     ``follow_up``: a tick between interval ticks that judges only the rollouts in flight —
     only their workloads are read, and the registry is asked nothing already answered.
-    ``fresh``: a tick someone asked for — the registry is asked again whatever the others
-    learned within the resolution window, and ServiceAccounts and pull secrets are read anew.
+    ``asked_at`` (epoch seconds): a tick someone asked for then — no registry answer whose
+    request started before it is taken, and ServiceAccounts and pull secrets are read anew.
     """
     view = policy_view(policy)
     spec = view.spec
@@ -317,7 +317,7 @@ async def gather(
         flying = in_flight(spec, view.status, view.namespace).workloads
         reachable = [k for k in reachable if k in flying]
     reads = await _read_all(
-        api, reachable, config.kube_concurrency, None if fresh else shared_reads
+        api, reachable, config.kube_concurrency, None if asked_at is not None else shared_reads
     )
 
     wanted: dict[tuple[TargetKey, str], ResolutionKey] = {}
@@ -334,7 +334,9 @@ async def gather(
             if container.digest is None and _runs_tracked(read.parsed, container):
                 wanted[(key, container.name)] = ResolutionKey.of(container.tracked, credentials)
     identities, accounts = _identities(chosen)
-    outcomes = await resolver.resolve(wanted.values(), remembered=follow_up, fresh=fresh)
+    # The resolver keeps its own clock: the instant asked for, as that clock read it then.
+    since = resolver.clock() - max(0.0, time.time() - asked_at) if asked_at is not None else None
+    outcomes = await resolver.resolve(wanted.values(), remembered=follow_up, since=since)
 
     # Where pods report another digest than the tag resolved to, it may be one of the index's
     # platform manifests (containers/image runtimes report those): read the index's children.

@@ -8,8 +8,8 @@ raw-event handler, which persists nothing) and this scheduler decides when each 
 - **interval ticks**, on the grid of :mod:`.schedule` (policies of one interval tick together
   and share registry answers);
 - **prompt ticks**, at once, when a policy is first seen or its spec, reset, refresh-now or
-  refresh-outside-window annotation changes (such a tick reads *fresh*: it takes no registry
-  answer from before it was asked for), and when a refresh window a drifted target waits
+  refresh-outside-window annotation changes (such a tick takes no registry answer whose
+  request started before it was asked for), and when a refresh window a drifted target waits
   for opens (the tick's ``window_opens``), rather than up to an interval later;
 - **follow-up ticks**, while a rollout of ours is in flight (:mod:`imagerefresh.planner.follow`):
   the in-flight workloads are read every ``follow_period`` seconds (a GET by name, which
@@ -64,7 +64,7 @@ class _Policy:
     versions: dict[TargetKey, str] = field(default_factory=dict)
     running: asyncio.Task[None] | None = None
     running_follow_up: bool = False  # whether the tick running is a follow-up
-    asked: bool = False  # the next tick was asked for (a new trigger): it reads fresh
+    asked_at: float | None = None  # when the next tick was asked for (a new trigger)
     gone: bool = False
 
     @property
@@ -111,7 +111,7 @@ class Scheduler:
             self._policies[uid] = _Policy(namespace, name, interval, trigger)
         else:
             if policy.trigger != trigger:
-                policy.trigger, policy.due, policy.asked = trigger, 0.0, True
+                policy.trigger, policy.due, policy.asked_at = trigger, 0.0, self.clock()
             if policy.interval != interval:
                 policy.interval = interval
                 policy.due = min(policy.due, self._grid_after(interval, self.clock()))
@@ -186,13 +186,13 @@ class Scheduler:
 
     async def _tick(self, policy: _Policy, follow_up: bool) -> None:
         started = self.clock()
-        fresh = False
+        asked_at = None
         if not follow_up:
             policy.due = self._grid_after(policy.interval, started)
-            fresh, policy.asked = policy.asked, False
+            asked_at, policy.asked_at = policy.asked_at, None
         try:
             outcome = await self.ticker.tick(
-                policy.namespace, policy.name, follow_up=follow_up, fresh=fresh
+                policy.namespace, policy.name, follow_up=follow_up, asked_at=asked_at
             )
         except KubeError as error:
             log.warning(

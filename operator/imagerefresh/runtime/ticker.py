@@ -78,7 +78,12 @@ class PolicyTicker:
         self._slots = asyncio.Semaphore(config.tick_concurrency)
 
     async def _gather(
-        self, policy: dict[str, Any], now: datetime, *, follow_up: bool = False, fresh: bool = False
+        self,
+        policy: dict[str, Any],
+        now: datetime,
+        *,
+        follow_up: bool = False,
+        asked_at: float | None = None,
     ) -> Gathered:
         metadata = policy["metadata"]
         return await gather(
@@ -91,7 +96,7 @@ class PolicyTicker:
             claimed_elsewhere=self.claims.elsewhere(metadata["namespace"], metadata["name"]),
             follow_up=follow_up,
             shared_reads=self.shared_reads,
-            fresh=fresh,
+            asked_at=asked_at,
         )
 
     async def plan(self, namespace: str, name: str) -> tuple[Gathered, Plan] | None:
@@ -103,13 +108,19 @@ class PolicyTicker:
         return gathered, plan_tick(gathered.tick)
 
     async def tick(
-        self, namespace: str, name: str, *, follow_up: bool = False, fresh: bool = False
+        self,
+        namespace: str,
+        name: str,
+        *,
+        follow_up: bool = False,
+        asked_at: float | None = None,
     ) -> TickOutcome | None:
         """Run one tick of the policy, when a slot is free; None when it no longer exists.
 
         ``follow_up``: judge only the rollouts in flight, between interval ticks (see
-        :mod:`imagerefresh.planner.follow`). ``fresh``: a tick someone asked for (a new
-        trigger): nothing read before it is taken for an answer (see :func:`.gather`).
+        :mod:`imagerefresh.planner.follow`). ``asked_at``: when someone asked for this tick
+        (a new trigger, epoch seconds): nothing read before then is taken for an answer (see
+        :func:`.gather`).
 
         Policies on one interval tick at the same instant (:mod:`.schedule`); the slots bound
         how many run at once, and so how many ticks' API objects are held in memory at once
@@ -117,10 +128,10 @@ class PolicyTicker:
         whole fleet.
         """
         async with self._slots:
-            return await self._tick(namespace, name, follow_up, fresh)
+            return await self._tick(namespace, name, follow_up, asked_at)
 
     async def _tick(
-        self, namespace: str, name: str, follow_up: bool, fresh: bool = False
+        self, namespace: str, name: str, follow_up: bool, asked_at: float | None = None
     ) -> TickOutcome | None:
         started = time.monotonic()
         outcome = "error"
@@ -131,7 +142,7 @@ class PolicyTicker:
                 return None
             now = self.clock()
             try:
-                gathered = await self._gather(policy, now, follow_up=follow_up, fresh=fresh)
+                gathered = await self._gather(policy, now, follow_up=follow_up, asked_at=asked_at)
             except PolicyUnreadable as error:
                 outcome = "invalid" if error.part == "spec" else "unreadable_status"
                 await self._unreadable(policy, error, now)
