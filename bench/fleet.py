@@ -123,6 +123,7 @@ class Fleet:
     namespaces: int
     replicas: int
     prefix: str = "bench-fleet"
+    interval: str = "15m"  # every policy's: they tick together on its grid
 
     def namespace(self, policy_index: int) -> str:
         per = -(-self.policies // self.namespaces)
@@ -168,7 +169,9 @@ class Fleet:
                 targets.append(
                     target("Deployment", name, {"app": f"{front}/{self.path(ref)}:prod"})
                 )
-            found[self.namespace(i)].append(policy(self.policy_name(i), targets))
+            found[self.namespace(i)].append(
+                policy(self.policy_name(i), targets, interval=self.interval)
+            )
         return found
 
     def warm_policy(self, front: str, digests: dict[int, str]) -> tuple[str, list[Json]]:

@@ -257,6 +257,8 @@ class LogFollower:
                 continue
             at = _epoch(str(line.get("timestamp", "")))
             if line.get("event") == "tick":
+                if line.get("follow_up") is True:
+                    continue  # judged rollouts between ticks: not a tick of the policy's own
                 policy = str(line.get("policy"))
                 self.ticks[policy] = self.ticks.get(policy, 0) + 1
                 self.tick_ends.append((policy, at))
