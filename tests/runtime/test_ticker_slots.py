@@ -21,7 +21,9 @@ async def test_no_more_ticks_run_at_once_than_the_configured_slots() -> None:
     )
     running, most = 0, 0
 
-    async def one_tick(namespace: str, name: str, follow_up: bool) -> TickOutcome | None:
+    async def one_tick(
+        namespace: str, name: str, follow_up: bool, asked_at: float | None = None
+    ) -> TickOutcome | None:
         nonlocal running, most
         running += 1
         most = max(most, running)
