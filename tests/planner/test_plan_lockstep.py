@@ -182,6 +182,41 @@ def test_a_locked_peer_holds_the_others() -> None:
     )
 
 
+def test_a_peer_locked_by_its_own_contested_re_pin_holds_the_others_in_the_same_tick() -> None:
+    tick = edge()
+    tick.run(seen(jobs(D1), proxy(D1), desired=D1))
+    # Two contested re-pins already: another writer moved the proxy off what we last wrote.
+    tick.status = tick.status.model_copy(
+        update={
+            "targets": tuple(
+                t.model_copy(
+                    update={
+                        "refresh_attempts": 2,
+                        "contested": 2,
+                        "last_good": {"proxy": f"docker.io/{JM_REPO}@{D3}"},
+                    }
+                )
+                if t.name == "requests-proxy"
+                else t
+                for t in tick.status.targets
+            )
+        }
+    )
+    plan = tick.run(seen(jobs(D1), proxy(D1)))
+    # The third contest locks the proxy before it patches anything: it does not move to D2,
+    # so jobs-manager must not either.
+    assert plan.patches == ()
+    locked_ = tick.target("requests-proxy")
+    assert (locked_.phase, locked_.refresh_attempts) == (Phase.LOCKED, 3)
+    waiting = tick.target("jobs-manager")
+    assert waiting.phase is Phase.WAITING
+    assert waiting.message == (
+        f"drift: api {short(D1)} → {short(D2)}; lockstep: {GROUP} moves together, and "
+        "Deployment tracebloc/requests-proxy (Locked) cannot refresh now; the refresh starts "
+        "when every target tracking it can"
+    )
+
+
 def test_a_group_the_pull_budget_cannot_cover_at_once_is_deferred_as_a_whole() -> None:
     tick = edge(pullBudget={"reserve": 2})
     # One pull is left above the reserve: jobs-manager (1 replica) fits, requests-proxy alone
