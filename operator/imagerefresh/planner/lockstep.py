@@ -57,7 +57,6 @@ __all__ = [
 ]
 
 _NOTHING: Mapping[str, str] = MappingProxyType({})
-_NO_DIGESTS: Mapping[str, DigestOutcome] = MappingProxyType({})
 
 
 class Result(StrEnum):
@@ -174,7 +173,7 @@ class Member:
     status: TargetStatus
     report: LockstepReport
     orders: LockstepOrders
-    digests: Mapping[str, DigestOutcome] = field(default_factory=lambda: _NO_DIGESTS)
+    digests: Mapping[str, DigestOutcome]  # what its containers' tags resolved to this tick
 
     @property
     def label(self) -> str:
@@ -185,9 +184,10 @@ class Member:
         pending = self.report.judged.pending if self.report.judged else self.status.pending
         if pending is None or pending.purpose is not PendingPurpose.REFRESH:
             return None
-        # Containers the refresh did not need to move (already pinned) are not in it.
+        # Containers the refresh did not need to move (already pinned) are not in it. Its images
+        # are references (PendingRefresh validates them); one naming no digest moves to none.
         digests = {
-            image.rpartition("@")[2] if "@" in image else None
+            parse(image).digest
             for name in self.containers
             if (image := pending.images.get(name)) is not None
         }
@@ -329,24 +329,19 @@ def lockstep_orders(
     digests: Mapping[TargetKey, Mapping[str, DigestOutcome]],
     orders: Mapping[TargetKey, LockstepOrders],
 ) -> dict[TargetKey, LockstepOrders]:
-    """``orders`` with whatever the groups ask of this round's decisions (``decided``)."""
+    """``orders`` with whatever the groups ask of this round's decisions (``decided``).
+
+    ``decided`` and ``digests`` (what each target's containers resolved to) hold every target.
+    """
     wanted = dict(orders)
     for group in groups:
         members = [
-            Member(
-                key,
-                names,
-                *decided[key],
-                orders.get(key, NO_ORDERS),
-                digests.get(key, _NO_DIGESTS),
-            )
+            Member(key, names, *decided[key], orders.get(key, NO_ORDERS), digests[key])
             for key, names in group.members.items()
-            if key in decided
         ]
-        found = _verdict_orders(group, members)
-        for key, order in _start_orders(group, members).items():
-            found[key] = found.get(key, NO_ORDERS).merged(order)
-        for key, order in found.items():
+        # Verdicts hold successes and roll back, starts hold containers: each merged in turn.
+        found = [*_verdict_orders(group, members).items(), *_start_orders(group, members).items()]
+        for key, order in found:
             wanted[key] = wanted.get(key, NO_ORDERS).merged(order)
     return wanted
 
