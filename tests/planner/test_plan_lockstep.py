@@ -15,7 +15,7 @@ from typing import Any
 
 from imagerefresh.models import PendingPurpose, Phase
 from imagerefresh.planner import NOTHING_IN_FLIGHT, PatchPurpose, Plan, in_flight
-from imagerefresh.planner.evidence import TargetEvidence, TargetKey
+from imagerefresh.planner.evidence import TargetEvidence, TargetKey, Unresolved
 
 from support.ticks import JM, NS, PM, Tick, budget, digest, evidence, key, spec, target
 from support.workloads import deployment, pod
@@ -111,7 +111,12 @@ def test_a_frozen_peer_holds_the_others_waiting_and_names_it() -> None:
         "Deployment tracebloc/requests-proxy (Frozen) cannot refresh now; the refresh starts "
         "when every target tracking it can"
     )
-    assert reasons(plan, JOBS) == ["LockstepWaiting"]
+    (event,) = [e for e in plan.events if e.target == JOBS]
+    assert (event.type, event.reason, event.message) == (
+        "Normal",
+        "LockstepWaiting",
+        waiting.message,
+    )
     assert waiting.pending is None
 
 
@@ -131,6 +136,19 @@ def test_waiting_for_a_peer_writes_nothing_new_and_posts_no_second_event() -> No
     assert again.status.to_api() == before.to_api()
 
 
+def test_a_new_reason_to_wait_posts_a_new_event_that_says_it() -> None:
+    tick = edge(maxSkipTicks=1)
+    tick.run(seen(jobs(D1), proxy(D1, generation=2, observed=1)))
+    unreadable = seen(jobs(D1), None)
+    unreadable[PROXY] = evidence(None, error="deployments.apps is forbidden")
+    plan = tick.run(unreadable)
+    waiting = tick.target("jobs-manager")
+    assert waiting.phase is Phase.WAITING
+    assert "Deployment tracebloc/requests-proxy (Error) cannot refresh now" in waiting.message
+    (event,) = [e for e in plan.events if e.target == JOBS]
+    assert (event.reason, event.message) == ("LockstepWaiting", waiting.message)
+
+
 def test_containers_outside_the_held_group_still_refresh_in_the_same_patch() -> None:
     tick = edge(maxSkipTicks=1)
     plan = tick.run(seen(jobs(D1), proxy(D1, generation=2, observed=1), monitor=P2))
@@ -140,6 +158,41 @@ def test_containers_outside_the_held_group_still_refresh_in_the_same_patch() -> 
     assert refreshing.pending.images == {"pods-monitor-container": f"{PM_REPO}@{P2}"}
     assert "api held back (lockstep: " in refreshing.message
     assert "Deployment tracebloc/requests-proxy (Frozen)" in refreshing.message
+
+
+def test_the_refresh_that_goes_ahead_names_every_container_held_back_and_why() -> None:
+    tick = Tick(
+        spec(
+            target("jobs-manager", api=JM, worker=JM, **{"pods-monitor-container": PM}),
+            target("requests-proxy", proxy=JM),
+            lockstep=True,
+            maxSkipTicks=1,
+        )
+    )
+    images = {
+        "api": f"{JM_REPO}@{D1}",
+        "worker": f"{JM_REPO}@{D1}",
+        "pods-monitor-container": f"{PM_REPO}@{P1}",
+    }
+    desired = {"api": D2, "worker": D2, "pods-monitor-container": P2}
+    plan = tick.run(
+        {
+            JOBS: evidence(deployment("jobs-manager", images), digests=desired),
+            PROXY: evidence(proxy(D1, generation=2, observed=1), digests={"proxy": D2}),
+        }
+    )
+    assert patched(plan) == {"jobs-manager": {"pods-monitor-container": f"{PM_REPO}@{P2}"}}
+    refreshing = tick.target("jobs-manager")
+    assert refreshing.message == (
+        f"refreshing pods-monitor-container {short(P1)} → {short(P2)}; api, worker held back "
+        f"(lockstep: {GROUP} moves together, and Deployment tracebloc/requests-proxy (Frozen) "
+        "cannot refresh now; the refresh starts when every target tracking it can)"
+    )
+    (event,) = [e for e in plan.events if e.target == JOBS]
+    assert event.message == (
+        f"patching Deployment tracebloc/jobs-manager: pods-monitor-container {short(P1)} → "
+        f"{short(P2)}"
+    )
 
 
 def test_a_held_container_on_a_tag_is_not_pinned_by_the_patch_of_its_neighbour() -> None:
@@ -227,10 +280,13 @@ def test_a_group_the_pull_budget_cannot_cover_at_once_is_deferred_as_a_whole() -
     assert plan.rate_limited
     for name in ("jobs-manager", "requests-proxy"):
         assert tick.target(name).phase is Phase.DEFERRED
-    assert tick.target("jobs-manager").message == (
-        f"deferred: lockstep: {GROUP} moves together, and the pull budget does not cover all "
-        "of its refreshes at once (Deployment tracebloc/requests-proxy (Deferred))"
-    )
+    # requests-proxy fits once jobs-manager is held, and is held all the same, for the reason
+    # the group was held for first: the budget did not cover the proxy's pulls as well.
+    for name in ("jobs-manager", "requests-proxy"):
+        assert tick.target(name).message == (
+            f"deferred: lockstep: {GROUP} moves together, and the pull budget does not cover "
+            "all of its refreshes at once (Deployment tracebloc/requests-proxy (Deferred))"
+        )
     assert tick.condition("RateLimited").status == "True"
 
 
@@ -300,10 +356,118 @@ def test_peers_that_resolved_different_digests_wait_until_they_agree() -> None:
     tick = edge()
     plan = tick.run(seen(jobs(D1), proxy(D1), desired=D2, proxy_desired=D3))
     assert plan.patches == ()
+    # Named in the order they sort in: D3's before D2's.
+    held = (
+        f"lockstep: its peers resolved {GROUP} to different digests ({short(D3)}, {short(D2)}); "
+        "they move when they agree"
+    )
+    assert tick.target("jobs-manager").message == f"drift: api {short(D1)} → {short(D2)}; {held}"
+    assert tick.target("requests-proxy").message == (
+        f"drift: proxy {short(D1)} → {short(D3)}; {held}"
+    )
     for name in ("jobs-manager", "requests-proxy"):
-        status = tick.target(name)
-        assert status.phase is Phase.WAITING
-        assert f"its peers resolved {GROUP} to different digests" in status.message
+        assert tick.target(name).phase is Phase.WAITING
+
+
+def test_a_reference_tracked_by_one_target_only_is_no_group_so_nothing_in_it_waits() -> None:
+    # api and worker run one image in one pod: one patch moves them, lockstep or not. The
+    # worker's pods report a platform manifest of the index that could not be read, so the
+    # worker is left alone; api still refreshes.
+    tick = Tick(spec(target("jobs-manager", api=JM, worker=JM), lockstep=True))
+    workload = deployment("jobs-manager", {"api": f"{JM_REPO}@{D1}", "worker": f"{JM_REPO}:prod"})
+    unread = Unresolved("RegistryUnavailable", "the index's platform manifests could not be read")
+    plan = tick.run(
+        {
+            JOBS: evidence(
+                workload,
+                [pod("jm-1", {"api": D1, "worker": D3})],
+                digests={"api": D2, "worker": unread},
+            )
+        }
+    )
+    assert patched(plan) == {"jobs-manager": {"api": f"{JM_REPO}@{D2}"}}
+    assert tick.target("jobs-manager").message == (
+        f"refreshing api {short(D1)} → {short(D2)}; not resolved, left alone: worker: the "
+        "index's platform manifests could not be read"
+    )
+
+
+def test_a_new_digest_waits_for_every_peer_still_rolling_out_the_last_one_and_names_each() -> None:
+    tick = Tick(
+        spec(
+            target("jobs-manager", api=JM, **{"pods-monitor-container": PM}),
+            target("requests-proxy", proxy=JM),
+            target("gateway", gateway=JM),
+            lockstep=True,
+        )
+    )
+    gateway = key("gateway")
+
+    def world(
+        jobs_: dict[str, Any], proxy_: dict[str, Any], desired: str
+    ) -> dict[TargetKey, TargetEvidence]:
+        found = seen(jobs_, proxy_, desired=desired)
+        found[gateway] = evidence(
+            deployment("gateway", {"gateway": f"{JM_REPO}@{D2}"}), digests={"gateway": desired}
+        )
+        return found
+
+    # The gateway already runs D2: the other two move to it together.
+    first = tick.run(world(jobs(D1), proxy(D1), D2), advance=timedelta(minutes=1))
+    assert set(patched(first)) == {"jobs-manager", "requests-proxy"}
+    # The tag moves on to D3 while they still roll out: the gateway waits for both.
+    plan = tick.run(
+        world(jobs(D2, generation=2, available=0), proxy(D2, generation=2, available=0), D3)
+    )
+    assert plan.patches == ()
+    waiting = tick.target("gateway")
+    assert waiting.phase is Phase.WAITING
+    assert waiting.message == (
+        f"drift: gateway {short(D2)} → {short(D3)}; lockstep: {GROUP} moves together, and "
+        "Deployment tracebloc/jobs-manager (Refreshing), Deployment tracebloc/requests-proxy "
+        "(Refreshing) cannot refresh now; the refresh starts when every target tracking it can"
+    )
+
+
+def test_a_target_held_in_two_groups_moves_in_neither_and_gives_both_reasons() -> None:
+    tick = Tick(
+        spec(
+            target("jobs-manager", api=JM, **{"pods-monitor-container": PM}),
+            target("requests-proxy", proxy=JM),
+            target("sidecar", monitor=PM),
+            lockstep=True,
+            maxSkipTicks=1,
+        )
+    )
+    found = seen(jobs(D1), proxy(D1, generation=2, observed=1), monitor=P2)
+    frozen = deployment("sidecar", {"monitor": f"{PM_REPO}@{P1}"}, generation=2, observed=1)
+    found[key("sidecar")] = evidence(frozen, digests={"monitor": P2})
+    plan = tick.run(found)
+    assert plan.patches == ()
+    waiting = tick.target("jobs-manager")
+    assert waiting.phase is Phase.WAITING
+    assert waiting.message == (
+        f"drift: api {short(D1)} → {short(D2)}, pods-monitor-container {short(P1)} → "
+        f"{short(P2)}; lockstep: {GROUP} moves together, and Deployment "
+        "tracebloc/requests-proxy (Frozen) cannot refresh now; the refresh starts when every "
+        "target tracking it can; lockstep: docker.io/tracebloc/pods-monitor:prod moves together, "
+        "and Deployment tracebloc/sidecar (Frozen) cannot refresh now; the refresh starts when "
+        "every target tracking it can"
+    )
+
+
+def test_a_reset_honoured_in_a_tick_that_holds_its_group_clears_the_attempts_all_the_same() -> None:
+    tick = edge(maxSkipTicks=1)
+    locked(tick, "jobs-manager")
+    tick.reset = "after-the-incident"
+    plan = tick.run(seen(jobs(D1), proxy(D1, generation=2, observed=1)))
+    assert plan.patches == ()
+    waiting = tick.target("jobs-manager")
+    assert (waiting.phase, waiting.refresh_attempts, waiting.locked_at) == (
+        Phase.WAITING,
+        0,
+        None,
+    )
 
 
 def test_a_dry_run_reports_the_hold_as_it_would_happen() -> None:
