@@ -15,7 +15,7 @@ from typing import Any
 
 from imagerefresh.models import PendingPurpose, Phase
 from imagerefresh.planner import NOTHING_IN_FLIGHT, PatchPurpose, Plan, in_flight
-from imagerefresh.planner.evidence import TargetEvidence, TargetKey, Unresolved
+from imagerefresh.planner.evidence import Resolved, TargetEvidence, TargetKey, Unresolved
 
 from support.ticks import JM, NS, PM, Tick, budget, digest, evidence, key, spec, target
 from support.workloads import deployment, pod
@@ -30,6 +30,11 @@ GROUP = "docker.io/tracebloc/jobs-manager:prod"
 
 def short(value: str) -> str:
     return value[:19] + "…"
+
+
+def ran(value: str) -> str:
+    """The imageID a kubelet reports for a container of the jobs-manager image on ``value``."""
+    return f"docker.io/{JM_REPO}@{value}"
 
 
 def edge(**fields: Any) -> Tick:
@@ -201,7 +206,7 @@ def test_a_held_container_on_a_tag_is_not_pinned_by_the_patch_of_its_neighbour()
         "jobs-manager",
         {"api": f"{JM_REPO}:prod", "pods-monitor-container": f"{PM_REPO}@{P1}"},
     )
-    pods = [pod("jm-1", {"api": f"docker.io/{JM_REPO}@{D1}"})]
+    pods = [pod("jm-1", {"api": ran(D1)})]
     plan = tick.run(
         {
             JOBS: evidence(workload, pods, digests={"api": D2, "pods-monitor-container": P2}),
@@ -380,7 +385,7 @@ def test_a_reference_tracked_by_one_target_only_is_no_group_so_nothing_in_it_wai
         {
             JOBS: evidence(
                 workload,
-                [pod("jm-1", {"api": D1, "worker": D3})],
+                [pod("jm-1", {"api": ran(D1), "worker": ran(D3)})],
                 digests={"api": D2, "worker": unread},
             )
         }
@@ -744,3 +749,247 @@ def test_a_peer_already_on_the_digest_but_unreadable_holds_a_settled_catch_up() 
     assert "Deployment tracebloc/requests-proxy (Error)" in holding.message
     done = tick.run(seen(jobs(D2, generation=2), proxy(D2)))
     assert reasons(done, JOBS) == ["Refreshed"]
+
+
+def test_a_dry_run_holds_a_settled_success_while_a_peer_would_join_it() -> None:
+    tick = edge()
+    started(tick)
+    conflicted(tick, "requests-proxy")
+    tick.spec = tick.spec.model_copy(update={"dry_run": True})  # turned on mid-rollout
+    plan = tick.run(seen(jobs(D2, generation=2), proxy(D1)))
+    assert plan.patches == ()
+    assert "Refreshed" not in reasons(plan)
+    assert tick.target("requests-proxy").phase is Phase.DRIFTED
+    holding = tick.target("jobs-manager")
+    assert holding.phase is Phase.REFRESHING
+    assert holding.message == (
+        f"our refresh rolled out; its lockstep peers on {GROUP} have not all settled on "
+        f"{short(D2)}: Deployment tracebloc/requests-proxy (Drifted): it counts as refreshed "
+        "once they have"
+    )
+
+
+def test_a_dry_run_holds_no_success_for_a_peer_that_could_move_only_part_of_the_group() -> None:
+    tick = Tick(
+        spec(
+            target("jobs-manager", api=JM),
+            target("requests-proxy", proxy=JM, **{"proxy-worker": JM}),
+            lockstep=True,
+        )
+    )
+    both = {"proxy": f"{JM_REPO}@{D1}", "proxy-worker": f"{JM_REPO}@{D1}"}
+
+    def world(api: str, generation: int, worker: str | Unresolved) -> Any:
+        return {
+            JOBS: evidence(
+                deployment("jobs-manager", {"api": f"{JM_REPO}@{api}"}, generation=generation),
+                digests={"api": D2},
+            ),
+            PROXY: evidence(
+                deployment("requests-proxy", both), digests={"proxy": D2, "proxy-worker": worker}
+            ),
+        }
+
+    first = tick.run(world(D1, 1, D2), advance=timedelta(minutes=1))
+    assert set(patched(first)) == {"jobs-manager", "requests-proxy"}
+    conflicted(tick, "requests-proxy")
+    tick.spec = tick.spec.model_copy(update={"dry_run": True})
+    # The proxy's worker cannot be resolved now: the proxy would move only part of the group,
+    # so it is held and joins nothing; jobs-manager's refresh, settled, is a success.
+    unread = Unresolved("RegistryUnavailable", "the index's platform manifests could not be read")
+    plan = tick.run(world(D2, 2, unread))
+    assert tick.target("requests-proxy").phase is Phase.WAITING
+    assert reasons(plan, JOBS) == ["Refreshed"]
+
+
+def on_tag(generation: int = 1, **fields: Any) -> dict[str, Any]:
+    """requests-proxy with its template on the tag, as GitOps wrote it."""
+    return deployment(
+        "requests-proxy", {"proxy": f"{JM_REPO}:prod"}, generation=generation, **fields
+    )
+
+
+def test_a_peer_on_the_tag_running_a_platform_manifest_of_the_digest_runs_it() -> None:
+    tick = edge()
+    arm64 = digest("arm64")
+    index = Resolved(D2, frozenset({arm64}))
+
+    def world(jobs_manager: dict[str, Any]) -> dict[TargetKey, TargetEvidence]:
+        return {
+            JOBS: evidence(jobs_manager, digests={"api": index, "pods-monitor-container": P1}),
+            PROXY: evidence(on_tag(), [pod("rp-1", {"proxy": ran(arm64)})], {"proxy": index}),
+        }
+
+    # The proxy's pods run D2's arm64 manifest: it is on D2, jobs-manager catches up alone.
+    first = tick.run(world(jobs(D1)))
+    assert patched(first) == {"jobs-manager": {"api": f"{JM_REPO}@{D2}"}}
+    done = tick.run(world(jobs(D2, generation=2)))
+    assert done.patches == ()
+    assert reasons(done, JOBS) == ["Refreshed"]
+
+
+def test_a_peer_on_the_tag_whose_patch_was_refused_and_pods_run_the_old_build_is_behind() -> None:
+    tick = edge()
+    old_pods = [pod("rp-1", {"proxy": ran(D1)})]
+
+    def world(jobs_manager: dict[str, Any], requests_proxy: dict[str, Any]) -> Any:
+        found = seen(jobs_manager, None)
+        found[PROXY] = evidence(requests_proxy, old_pods, {"proxy": D2})
+        return found
+
+    first = tick.run(world(jobs(D1), on_tag()), advance=timedelta(minutes=1))
+    assert set(patched(first)) == {"jobs-manager", "requests-proxy"}
+    refused(tick, "requests-proxy")
+    tick.spec = tick.spec.model_copy(update={"max_skip_ticks": 1})
+    plan = tick.run(world(jobs(D2, generation=2), on_tag(generation=2, observed=1)))
+    assert patched(plan) == {"jobs-manager": {"api": f"{JM_REPO}@{D1}"}}
+    assert tick.target("jobs-manager").message == (
+        f"its lockstep peers on {GROUP} did not all move to {short(D2)}: Deployment "
+        f"tracebloc/requests-proxy (Frozen); rolling back to api={JM_REPO}@{D1} with them (no "
+        "attempt counted against this target)"
+    )
+
+
+def test_a_peer_whose_pods_took_a_newer_build_of_the_tag_meanwhile_does_not_run_the_digest() -> (
+    None
+):
+    tick = edge()
+
+    def world(jobs_manager: dict[str, Any], runs: str, desired: str) -> Any:
+        found = seen(jobs_manager, None, desired=desired)
+        found[PROXY] = evidence(on_tag(), [pod("rp-1", {"proxy": ran(runs)})], {"proxy": desired})
+        return found
+
+    first = tick.run(world(jobs(D1), D2, D2))
+    assert patched(first) == {"jobs-manager": {"api": f"{JM_REPO}@{D2}"}}
+    # The tag moved on to D3 and the proxy's pods were rescheduled onto it: jobs-manager's D2
+    # is a build the proxy does not run.
+    plan = tick.run(world(jobs(D2, generation=2), D3, D3))
+    assert "Refreshed" not in reasons(plan)
+    assert patched(plan) == {"jobs-manager": {"api": f"{JM_REPO}@{D1}"}}
+    assert tick.target("jobs-manager").phase is Phase.ROLLING_BACK
+
+
+def test_a_peer_whose_container_left_its_template_or_became_unparseable_does_not_run_it() -> None:
+    for requests_proxy in (
+        deployment("requests-proxy", {"proxy-v2": f"{JM_REPO}@{D2}"}, generation=2),
+        deployment("requests-proxy", {"proxy": f"{JM_REPO}@@{D2}"}, generation=2),
+    ):
+        tick = edge()
+        tick.run(seen(jobs(D1), proxy(D2)))  # jobs-manager catches up alone
+        plan = tick.run(seen(jobs(D2, generation=2), requests_proxy))
+        assert tick.target("requests-proxy").phase is Phase.CONFLICT
+        assert patched(plan) == {"jobs-manager": {"api": f"{JM_REPO}@{D1}"}}
+        assert tick.target("jobs-manager").message.startswith(
+            f"its lockstep peers on {GROUP} did not all move to {short(D2)}: Deployment "
+            "tracebloc/requests-proxy (Conflict); rolling back"
+        )
+
+
+def test_two_digests_in_flight_when_lockstep_is_turned_on_are_each_judged() -> None:
+    tick = edge(lockstep=False, rolloutTimeout="30m")
+    # Without lockstep jobs-manager moved to D3 while the proxy was not settled; then the
+    # proxy moved to D2, the tag's next build.
+    tick.run(seen(jobs(D1), proxy(D1, generation=2, observed=1), desired=D3))
+    tick.run(seen(jobs(D3, generation=2, available=0), proxy(D1, generation=2), desired=D2))
+    assert tick.target("requests-proxy").phase is Phase.REFRESHING
+    tick.spec = tick.spec.model_copy(update={"lockstep": True})
+    failed = [{"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded"}]
+    plan = tick.run(
+        seen(
+            jobs(D3, generation=2, available=0, conditions=failed),
+            proxy(D2, generation=3),
+            desired=D2,
+        )
+    )
+    # D3's move failed (jobs-manager rolls back on its own), and D2's is judged as well:
+    # jobs-manager does not run D2, so the proxy rolls back too.
+    assert patched(plan) == {
+        "jobs-manager": {"api": f"{JM_REPO}@{D1}"},
+        "requests-proxy": {"proxy": f"{JM_REPO}@{D1}"},
+    }
+    assert tick.target("requests-proxy").refresh_attempts == 0
+
+
+def test_a_follow_up_counts_a_catch_up_refreshed_when_the_peer_it_did_not_read_runs_it() -> None:
+    tick = edge()
+    tick.run(seen(jobs(D1), proxy(D2)), advance=timedelta(seconds=10))
+    followed = tick.run({JOBS: seen(jobs(D2, generation=2), None)[JOBS]}, follow_up=True)
+    assert reasons(followed, JOBS) == ["Refreshed"]
+    assert tick.target("jobs-manager").phase is Phase.CURRENT
+
+
+def test_a_member_locked_mid_rollout_rolls_back_with_its_peers_and_stays_locked() -> None:
+    tick = edge()
+    tick.run(seen(jobs(D1), proxy(D1), desired=D1))
+    tick.status = tick.status.model_copy(
+        update={
+            "targets": tuple(
+                t.model_copy(update={"refresh_attempts": 2}) if t.name == "jobs-manager" else t
+                for t in tick.status.targets
+            )
+        }
+    )
+    started(tick)  # two failed attempts behind it, one left: jobs-manager starts
+    tick.spec = tick.spec.model_copy(update={"max_refresh_attempts": 2})  # lowered meanwhile
+    failed = [{"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded"}]
+    plan = tick.run(
+        seen(jobs(D2, generation=2), proxy(D2, generation=2, available=0, conditions=failed))
+    )
+    assert patched(plan) == {
+        "jobs-manager": {"api": f"{JM_REPO}@{D1}"},
+        "requests-proxy": {"proxy": f"{JM_REPO}@{D1}"},
+    }
+    locked_ = tick.target("jobs-manager")
+    assert (locked_.phase, locked_.refresh_attempts) == (Phase.LOCKED, 2)
+    assert locked_.message == (
+        f"locked after 2 failed or contested refreshes (its lockstep peers on {GROUP} did not "
+        f"all move to {short(D2)}: Deployment tracebloc/requests-proxy (RollingBack); rolling "
+        f"back to api={JM_REPO}@{D1} with them (no attempt counted against this target)); no "
+        "re-imaging until a reset: imagerefresh reset tracebloc/control-plane"
+    )
+    assert reasons(plan, JOBS) == ["RollingBack", "Locked"]
+
+
+def test_another_writer_moving_a_member_mid_rollout_rolls_the_others_back() -> None:
+    tick = edge()
+    started(tick)
+    # Someone pins the proxy to another build by hand while our refresh rolls out.
+    plan = tick.run(seen(jobs(D2, generation=2), proxy(D3, generation=3)))
+    # The proxy's refresh was superseded: a contested attempt, and jobs-manager, which moved
+    # with it, rolls back; the proxy re-pins D2 only once jobs-manager can move with it.
+    assert patched(plan) == {"jobs-manager": {"api": f"{JM_REPO}@{D1}"}}
+    assert reasons(plan, PROXY) == ["Contested", "LockstepWaiting"]
+    contested = tick.target("requests-proxy")
+    assert (contested.phase, contested.refresh_attempts, contested.contested) == (
+        Phase.WAITING,
+        1,
+        1,
+    )
+    assert tick.target("jobs-manager").phase is Phase.ROLLING_BACK
+
+
+def test_a_settled_time_ahead_by_no_more_than_the_clock_skew_bound_is_accepted() -> None:
+    tick = edge()
+    started(tick)
+    rolling = seen(jobs(D2, generation=2), proxy(D2, generation=2, available=0))
+    tick.run(rolling, advance=timedelta(seconds=10))
+    # Written by another replica whose clock is ahead by the whole tolerated skew.
+    ahead = tuple(
+        t.model_copy(
+            update={
+                "pending": t.pending.model_copy(
+                    update={"settled_at": tick.now + timedelta(minutes=5)}
+                )
+            }
+        )
+        if t.name == "jobs-manager"
+        else t
+        for t in tick.status.targets
+    )
+    tick.status = tick.status.model_copy(update={"targets": ahead})
+    plan = tick.run(rolling, follow_up=True)
+    assert plan.patches == ()
+    holding = tick.target("jobs-manager")
+    assert holding.phase is Phase.REFRESHING
+    assert holding.message.startswith("our refresh rolled out; its lockstep peers")
