@@ -21,8 +21,8 @@ targets are decided again with, until the orders stop changing:
   is the failing member's. A member whose evidence could not be read is unknown: the others
   hold, they are never rolled back on unreadable evidence.
 
-Orders only ever grow (a hold, a success held, a rollback), so the iteration ends; its bound
-is the number of orders there can be.
+Orders only ever grow (a hold, a success held, a rollback; the first reason given stays), so
+the iteration ends; its bound is the number of orders there can be.
 """
 
 from __future__ import annotations
@@ -160,8 +160,13 @@ def lockstep_groups(spec: PolicySpec, keys: Iterable[TargetKey]) -> tuple[Group,
 
 
 def order_bound(groups: Iterable[Group]) -> int:
-    """How many rounds of orders there can be: each round adds at least one order."""
-    return sum(len(names) + 2 for group in groups for names in group.members.values()) + 1
+    """How many rounds can change the orders: each adds one at least, and there are at most
+    this many (a hold per container, a success held and a rollback per member).
+
+    Should every round change them, the last decisions were made under orders no round can
+    add to: the round that would only confirm it is not needed.
+    """
+    return sum(len(names) + 2 for group in groups for names in group.members.values())
 
 
 @dataclass(frozen=True, slots=True)
