@@ -779,7 +779,9 @@ def test_a_dry_run_holds_no_success_for_a_peer_that_could_move_only_part_of_the_
     )
     both = {"proxy": f"{JM_REPO}@{D1}", "proxy-worker": f"{JM_REPO}@{D1}"}
 
-    def world(api: str, generation: int, worker: str | Unresolved) -> Any:
+    def world(
+        api: str, generation: int, worker: str | Unresolved
+    ) -> dict[TargetKey, TargetEvidence]:
         return {
             JOBS: evidence(
                 deployment("jobs-manager", {"api": f"{JM_REPO}@{api}"}, generation=generation),
@@ -832,7 +834,9 @@ def test_a_peer_on_the_tag_whose_patch_was_refused_and_pods_run_the_old_build_is
     tick = edge()
     old_pods = [pod("rp-1", {"proxy": ran(D1)})]
 
-    def world(jobs_manager: dict[str, Any], requests_proxy: dict[str, Any]) -> Any:
+    def world(
+        jobs_manager: dict[str, Any], requests_proxy: dict[str, Any]
+    ) -> dict[TargetKey, TargetEvidence]:
         found = seen(jobs_manager, None)
         found[PROXY] = evidence(requests_proxy, old_pods, {"proxy": D2})
         return found
@@ -855,7 +859,9 @@ def test_a_peer_whose_pods_took_a_newer_build_of_the_tag_meanwhile_does_not_run_
 ):
     tick = edge()
 
-    def world(jobs_manager: dict[str, Any], runs: str, desired: str) -> Any:
+    def world(
+        jobs_manager: dict[str, Any], runs: str, desired: str
+    ) -> dict[TargetKey, TargetEvidence]:
         found = seen(jobs_manager, None, desired=desired)
         found[PROXY] = evidence(on_tag(), [pod("rp-1", {"proxy": ran(runs)})], {"proxy": desired})
         return found
@@ -902,8 +908,9 @@ def test_two_digests_in_flight_when_lockstep_is_turned_on_are_each_judged() -> N
             desired=D2,
         )
     )
-    # D3's move failed (jobs-manager rolls back on its own), and D2's is judged as well:
-    # jobs-manager does not run D2, so the proxy rolls back too.
+    # D3's move failed (jobs-manager rolls back on its own), and D2's, judged after it (D3's
+    # digest sorts first), is judged all the same: jobs-manager does not run D2, so the proxy
+    # rolls back too.
     assert patched(plan) == {
         "jobs-manager": {"api": f"{JM_REPO}@{D1}"},
         "requests-proxy": {"proxy": f"{JM_REPO}@{D1}"},
