@@ -15,7 +15,7 @@ from typing import Any
 
 from imagerefresh.models import PendingPurpose, Phase
 from imagerefresh.planner import NOTHING_IN_FLIGHT, PatchPurpose, Plan, in_flight
-from imagerefresh.planner.evidence import TargetEvidence, TargetKey
+from imagerefresh.planner.evidence import Resolved, TargetEvidence, TargetKey, Unresolved
 
 from support.ticks import JM, NS, PM, Tick, budget, digest, evidence, key, spec, target
 from support.workloads import deployment, pod
@@ -30,6 +30,11 @@ GROUP = "docker.io/tracebloc/jobs-manager:prod"
 
 def short(value: str) -> str:
     return value[:19] + "…"
+
+
+def ran(value: str) -> str:
+    """The imageID a kubelet reports for a container of the jobs-manager image on ``value``."""
+    return f"docker.io/{JM_REPO}@{value}"
 
 
 def edge(**fields: Any) -> Tick:
@@ -111,7 +116,12 @@ def test_a_frozen_peer_holds_the_others_waiting_and_names_it() -> None:
         "Deployment tracebloc/requests-proxy (Frozen) cannot refresh now; the refresh starts "
         "when every target tracking it can"
     )
-    assert reasons(plan, JOBS) == ["LockstepWaiting"]
+    (event,) = [e for e in plan.events if e.target == JOBS]
+    assert (event.type, event.reason, event.message) == (
+        "Normal",
+        "LockstepWaiting",
+        waiting.message,
+    )
     assert waiting.pending is None
 
 
@@ -131,6 +141,19 @@ def test_waiting_for_a_peer_writes_nothing_new_and_posts_no_second_event() -> No
     assert again.status.to_api() == before.to_api()
 
 
+def test_a_new_reason_to_wait_posts_a_new_event_that_says_it() -> None:
+    tick = edge(maxSkipTicks=1)
+    tick.run(seen(jobs(D1), proxy(D1, generation=2, observed=1)))
+    unreadable = seen(jobs(D1), None)
+    unreadable[PROXY] = evidence(None, error="deployments.apps is forbidden")
+    plan = tick.run(unreadable)
+    waiting = tick.target("jobs-manager")
+    assert waiting.phase is Phase.WAITING
+    assert "Deployment tracebloc/requests-proxy (Error) cannot refresh now" in waiting.message
+    (event,) = [e for e in plan.events if e.target == JOBS]
+    assert (event.reason, event.message) == ("LockstepWaiting", waiting.message)
+
+
 def test_containers_outside_the_held_group_still_refresh_in_the_same_patch() -> None:
     tick = edge(maxSkipTicks=1)
     plan = tick.run(seen(jobs(D1), proxy(D1, generation=2, observed=1), monitor=P2))
@@ -142,13 +165,48 @@ def test_containers_outside_the_held_group_still_refresh_in_the_same_patch() -> 
     assert "Deployment tracebloc/requests-proxy (Frozen)" in refreshing.message
 
 
+def test_the_refresh_that_goes_ahead_names_every_container_held_back_and_why() -> None:
+    tick = Tick(
+        spec(
+            target("jobs-manager", api=JM, worker=JM, **{"pods-monitor-container": PM}),
+            target("requests-proxy", proxy=JM),
+            lockstep=True,
+            maxSkipTicks=1,
+        )
+    )
+    images = {
+        "api": f"{JM_REPO}@{D1}",
+        "worker": f"{JM_REPO}@{D1}",
+        "pods-monitor-container": f"{PM_REPO}@{P1}",
+    }
+    desired = {"api": D2, "worker": D2, "pods-monitor-container": P2}
+    plan = tick.run(
+        {
+            JOBS: evidence(deployment("jobs-manager", images), digests=desired),
+            PROXY: evidence(proxy(D1, generation=2, observed=1), digests={"proxy": D2}),
+        }
+    )
+    assert patched(plan) == {"jobs-manager": {"pods-monitor-container": f"{PM_REPO}@{P2}"}}
+    refreshing = tick.target("jobs-manager")
+    assert refreshing.message == (
+        f"refreshing pods-monitor-container {short(P1)} → {short(P2)}; api, worker held back "
+        f"(lockstep: {GROUP} moves together, and Deployment tracebloc/requests-proxy (Frozen) "
+        "cannot refresh now; the refresh starts when every target tracking it can)"
+    )
+    (event,) = [e for e in plan.events if e.target == JOBS]
+    assert event.message == (
+        f"patching Deployment tracebloc/jobs-manager: pods-monitor-container {short(P1)} → "
+        f"{short(P2)}"
+    )
+
+
 def test_a_held_container_on_a_tag_is_not_pinned_by_the_patch_of_its_neighbour() -> None:
     tick = edge(maxSkipTicks=1)
     workload = deployment(
         "jobs-manager",
         {"api": f"{JM_REPO}:prod", "pods-monitor-container": f"{PM_REPO}@{P1}"},
     )
-    pods = [pod("jm-1", {"api": f"docker.io/{JM_REPO}@{D1}"})]
+    pods = [pod("jm-1", {"api": ran(D1)})]
     plan = tick.run(
         {
             JOBS: evidence(workload, pods, digests={"api": D2, "pods-monitor-container": P2}),
@@ -182,6 +240,41 @@ def test_a_locked_peer_holds_the_others() -> None:
     )
 
 
+def test_a_peer_locked_by_its_own_contested_re_pin_holds_the_others_in_the_same_tick() -> None:
+    tick = edge()
+    tick.run(seen(jobs(D1), proxy(D1), desired=D1))
+    # Two contested re-pins already: another writer moved the proxy off what we last wrote.
+    tick.status = tick.status.model_copy(
+        update={
+            "targets": tuple(
+                t.model_copy(
+                    update={
+                        "refresh_attempts": 2,
+                        "contested": 2,
+                        "last_good": {"proxy": f"docker.io/{JM_REPO}@{D3}"},
+                    }
+                )
+                if t.name == "requests-proxy"
+                else t
+                for t in tick.status.targets
+            )
+        }
+    )
+    plan = tick.run(seen(jobs(D1), proxy(D1)))
+    # The third contest locks the proxy before it patches anything: it does not move to D2,
+    # so jobs-manager must not either.
+    assert plan.patches == ()
+    locked_ = tick.target("requests-proxy")
+    assert (locked_.phase, locked_.refresh_attempts) == (Phase.LOCKED, 3)
+    waiting = tick.target("jobs-manager")
+    assert waiting.phase is Phase.WAITING
+    assert waiting.message == (
+        f"drift: api {short(D1)} → {short(D2)}; lockstep: {GROUP} moves together, and "
+        "Deployment tracebloc/requests-proxy (Locked) cannot refresh now; the refresh starts "
+        "when every target tracking it can"
+    )
+
+
 def test_a_group_the_pull_budget_cannot_cover_at_once_is_deferred_as_a_whole() -> None:
     tick = edge(pullBudget={"reserve": 2})
     # One pull is left above the reserve: jobs-manager (1 replica) fits, requests-proxy alone
@@ -192,10 +285,13 @@ def test_a_group_the_pull_budget_cannot_cover_at_once_is_deferred_as_a_whole() -
     assert plan.rate_limited
     for name in ("jobs-manager", "requests-proxy"):
         assert tick.target(name).phase is Phase.DEFERRED
-    assert tick.target("jobs-manager").message == (
-        f"deferred: lockstep: {GROUP} moves together, and the pull budget does not cover all "
-        "of its refreshes at once (Deployment tracebloc/requests-proxy (Deferred))"
-    )
+    # requests-proxy fits once jobs-manager is held, and is held all the same, for the reason
+    # the group was held for first: the budget did not cover the proxy's pulls as well.
+    for name in ("jobs-manager", "requests-proxy"):
+        assert tick.target(name).message == (
+            f"deferred: lockstep: {GROUP} moves together, and the pull budget does not cover "
+            "all of its refreshes at once (Deployment tracebloc/requests-proxy (Deferred))"
+        )
     assert tick.condition("RateLimited").status == "True"
 
 
@@ -265,10 +361,118 @@ def test_peers_that_resolved_different_digests_wait_until_they_agree() -> None:
     tick = edge()
     plan = tick.run(seen(jobs(D1), proxy(D1), desired=D2, proxy_desired=D3))
     assert plan.patches == ()
+    # Named in the order they sort in: D3's before D2's.
+    held = (
+        f"lockstep: its peers resolved {GROUP} to different digests ({short(D3)}, {short(D2)}); "
+        "they move when they agree"
+    )
+    assert tick.target("jobs-manager").message == f"drift: api {short(D1)} → {short(D2)}; {held}"
+    assert tick.target("requests-proxy").message == (
+        f"drift: proxy {short(D1)} → {short(D3)}; {held}"
+    )
     for name in ("jobs-manager", "requests-proxy"):
-        status = tick.target(name)
-        assert status.phase is Phase.WAITING
-        assert f"its peers resolved {GROUP} to different digests" in status.message
+        assert tick.target(name).phase is Phase.WAITING
+
+
+def test_a_reference_tracked_by_one_target_only_is_no_group_so_nothing_in_it_waits() -> None:
+    # api and worker run one image in one pod: one patch moves them, lockstep or not. The
+    # worker's pods report a platform manifest of the index that could not be read, so the
+    # worker is left alone; api still refreshes.
+    tick = Tick(spec(target("jobs-manager", api=JM, worker=JM), lockstep=True))
+    workload = deployment("jobs-manager", {"api": f"{JM_REPO}@{D1}", "worker": f"{JM_REPO}:prod"})
+    unread = Unresolved("RegistryUnavailable", "the index's platform manifests could not be read")
+    plan = tick.run(
+        {
+            JOBS: evidence(
+                workload,
+                [pod("jm-1", {"api": ran(D1), "worker": ran(D3)})],
+                digests={"api": D2, "worker": unread},
+            )
+        }
+    )
+    assert patched(plan) == {"jobs-manager": {"api": f"{JM_REPO}@{D2}"}}
+    assert tick.target("jobs-manager").message == (
+        f"refreshing api {short(D1)} → {short(D2)}; not resolved, left alone: worker: the "
+        "index's platform manifests could not be read"
+    )
+
+
+def test_a_new_digest_waits_for_every_peer_still_rolling_out_the_last_one_and_names_each() -> None:
+    tick = Tick(
+        spec(
+            target("jobs-manager", api=JM, **{"pods-monitor-container": PM}),
+            target("requests-proxy", proxy=JM),
+            target("gateway", gateway=JM),
+            lockstep=True,
+        )
+    )
+    gateway = key("gateway")
+
+    def world(
+        jobs_: dict[str, Any], proxy_: dict[str, Any], desired: str
+    ) -> dict[TargetKey, TargetEvidence]:
+        found = seen(jobs_, proxy_, desired=desired)
+        found[gateway] = evidence(
+            deployment("gateway", {"gateway": f"{JM_REPO}@{D2}"}), digests={"gateway": desired}
+        )
+        return found
+
+    # The gateway already runs D2: the other two move to it together.
+    first = tick.run(world(jobs(D1), proxy(D1), D2), advance=timedelta(minutes=1))
+    assert set(patched(first)) == {"jobs-manager", "requests-proxy"}
+    # The tag moves on to D3 while they still roll out: the gateway waits for both.
+    plan = tick.run(
+        world(jobs(D2, generation=2, available=0), proxy(D2, generation=2, available=0), D3)
+    )
+    assert plan.patches == ()
+    waiting = tick.target("gateway")
+    assert waiting.phase is Phase.WAITING
+    assert waiting.message == (
+        f"drift: gateway {short(D2)} → {short(D3)}; lockstep: {GROUP} moves together, and "
+        "Deployment tracebloc/jobs-manager (Refreshing), Deployment tracebloc/requests-proxy "
+        "(Refreshing) cannot refresh now; the refresh starts when every target tracking it can"
+    )
+
+
+def test_a_target_held_in_two_groups_moves_in_neither_and_gives_both_reasons() -> None:
+    tick = Tick(
+        spec(
+            target("jobs-manager", api=JM, **{"pods-monitor-container": PM}),
+            target("requests-proxy", proxy=JM),
+            target("sidecar", monitor=PM),
+            lockstep=True,
+            maxSkipTicks=1,
+        )
+    )
+    found = seen(jobs(D1), proxy(D1, generation=2, observed=1), monitor=P2)
+    frozen = deployment("sidecar", {"monitor": f"{PM_REPO}@{P1}"}, generation=2, observed=1)
+    found[key("sidecar")] = evidence(frozen, digests={"monitor": P2})
+    plan = tick.run(found)
+    assert plan.patches == ()
+    waiting = tick.target("jobs-manager")
+    assert waiting.phase is Phase.WAITING
+    assert waiting.message == (
+        f"drift: api {short(D1)} → {short(D2)}, pods-monitor-container {short(P1)} → "
+        f"{short(P2)}; lockstep: {GROUP} moves together, and Deployment "
+        "tracebloc/requests-proxy (Frozen) cannot refresh now; the refresh starts when every "
+        "target tracking it can; lockstep: docker.io/tracebloc/pods-monitor:prod moves together, "
+        "and Deployment tracebloc/sidecar (Frozen) cannot refresh now; the refresh starts when "
+        "every target tracking it can"
+    )
+
+
+def test_a_reset_honoured_in_a_tick_that_holds_its_group_clears_the_attempts_all_the_same() -> None:
+    tick = edge(maxSkipTicks=1)
+    locked(tick, "jobs-manager")
+    tick.reset = "after-the-incident"
+    plan = tick.run(seen(jobs(D1), proxy(D1, generation=2, observed=1)))
+    assert plan.patches == ()
+    waiting = tick.target("jobs-manager")
+    assert (waiting.phase, waiting.refresh_attempts, waiting.locked_at) == (
+        Phase.WAITING,
+        0,
+        None,
+    )
 
 
 def test_a_dry_run_reports_the_hold_as_it_would_happen() -> None:
@@ -545,3 +749,254 @@ def test_a_peer_already_on_the_digest_but_unreadable_holds_a_settled_catch_up() 
     assert "Deployment tracebloc/requests-proxy (Error)" in holding.message
     done = tick.run(seen(jobs(D2, generation=2), proxy(D2)))
     assert reasons(done, JOBS) == ["Refreshed"]
+
+
+def test_a_dry_run_holds_a_settled_success_while_a_peer_would_join_it() -> None:
+    tick = edge()
+    started(tick)
+    conflicted(tick, "requests-proxy")
+    tick.spec = tick.spec.model_copy(update={"dry_run": True})  # turned on mid-rollout
+    plan = tick.run(seen(jobs(D2, generation=2), proxy(D1)))
+    assert plan.patches == ()
+    assert "Refreshed" not in reasons(plan)
+    assert tick.target("requests-proxy").phase is Phase.DRIFTED
+    holding = tick.target("jobs-manager")
+    assert holding.phase is Phase.REFRESHING
+    assert holding.message == (
+        f"our refresh rolled out; its lockstep peers on {GROUP} have not all settled on "
+        f"{short(D2)}: Deployment tracebloc/requests-proxy (Drifted): it counts as refreshed "
+        "once they have"
+    )
+
+
+def test_a_dry_run_holds_no_success_for_a_peer_that_could_move_only_part_of_the_group() -> None:
+    tick = Tick(
+        spec(
+            target("jobs-manager", api=JM),
+            target("requests-proxy", proxy=JM, **{"proxy-worker": JM}),
+            lockstep=True,
+        )
+    )
+    both = {"proxy": f"{JM_REPO}@{D1}", "proxy-worker": f"{JM_REPO}@{D1}"}
+
+    def world(
+        api: str, generation: int, worker: str | Unresolved
+    ) -> dict[TargetKey, TargetEvidence]:
+        return {
+            JOBS: evidence(
+                deployment("jobs-manager", {"api": f"{JM_REPO}@{api}"}, generation=generation),
+                digests={"api": D2},
+            ),
+            PROXY: evidence(
+                deployment("requests-proxy", both), digests={"proxy": D2, "proxy-worker": worker}
+            ),
+        }
+
+    first = tick.run(world(D1, 1, D2), advance=timedelta(minutes=1))
+    assert set(patched(first)) == {"jobs-manager", "requests-proxy"}
+    conflicted(tick, "requests-proxy")
+    tick.spec = tick.spec.model_copy(update={"dry_run": True})
+    # The proxy's worker cannot be resolved now: the proxy would move only part of the group,
+    # so it is held and joins nothing; jobs-manager's refresh, settled, is a success.
+    unread = Unresolved("RegistryUnavailable", "the index's platform manifests could not be read")
+    plan = tick.run(world(D2, 2, unread))
+    assert tick.target("requests-proxy").phase is Phase.WAITING
+    assert reasons(plan, JOBS) == ["Refreshed"]
+
+
+def on_tag(generation: int = 1, **fields: Any) -> dict[str, Any]:
+    """requests-proxy with its template on the tag, as GitOps wrote it."""
+    return deployment(
+        "requests-proxy", {"proxy": f"{JM_REPO}:prod"}, generation=generation, **fields
+    )
+
+
+def test_a_peer_on_the_tag_running_a_platform_manifest_of_the_digest_runs_it() -> None:
+    tick = edge()
+    arm64 = digest("arm64")
+    index = Resolved(D2, frozenset({arm64}))
+
+    def world(jobs_manager: dict[str, Any]) -> dict[TargetKey, TargetEvidence]:
+        return {
+            JOBS: evidence(jobs_manager, digests={"api": index, "pods-monitor-container": P1}),
+            PROXY: evidence(on_tag(), [pod("rp-1", {"proxy": ran(arm64)})], {"proxy": index}),
+        }
+
+    # The proxy's pods run D2's arm64 manifest: it is on D2, jobs-manager catches up alone.
+    first = tick.run(world(jobs(D1)))
+    assert patched(first) == {"jobs-manager": {"api": f"{JM_REPO}@{D2}"}}
+    done = tick.run(world(jobs(D2, generation=2)))
+    assert done.patches == ()
+    assert reasons(done, JOBS) == ["Refreshed"]
+
+
+def test_a_peer_on_the_tag_whose_patch_was_refused_and_pods_run_the_old_build_is_behind() -> None:
+    tick = edge()
+    old_pods = [pod("rp-1", {"proxy": ran(D1)})]
+
+    def world(
+        jobs_manager: dict[str, Any], requests_proxy: dict[str, Any]
+    ) -> dict[TargetKey, TargetEvidence]:
+        found = seen(jobs_manager, None)
+        found[PROXY] = evidence(requests_proxy, old_pods, {"proxy": D2})
+        return found
+
+    first = tick.run(world(jobs(D1), on_tag()), advance=timedelta(minutes=1))
+    assert set(patched(first)) == {"jobs-manager", "requests-proxy"}
+    refused(tick, "requests-proxy")
+    tick.spec = tick.spec.model_copy(update={"max_skip_ticks": 1})
+    plan = tick.run(world(jobs(D2, generation=2), on_tag(generation=2, observed=1)))
+    assert patched(plan) == {"jobs-manager": {"api": f"{JM_REPO}@{D1}"}}
+    assert tick.target("jobs-manager").message == (
+        f"its lockstep peers on {GROUP} did not all move to {short(D2)}: Deployment "
+        f"tracebloc/requests-proxy (Frozen); rolling back to api={JM_REPO}@{D1} with them (no "
+        "attempt counted against this target)"
+    )
+
+
+def test_a_peer_whose_pods_took_a_newer_build_of_the_tag_meanwhile_does_not_run_the_digest() -> (
+    None
+):
+    tick = edge()
+
+    def world(
+        jobs_manager: dict[str, Any], runs: str, desired: str
+    ) -> dict[TargetKey, TargetEvidence]:
+        found = seen(jobs_manager, None, desired=desired)
+        found[PROXY] = evidence(on_tag(), [pod("rp-1", {"proxy": ran(runs)})], {"proxy": desired})
+        return found
+
+    first = tick.run(world(jobs(D1), D2, D2))
+    assert patched(first) == {"jobs-manager": {"api": f"{JM_REPO}@{D2}"}}
+    # The tag moved on to D3 and the proxy's pods were rescheduled onto it: jobs-manager's D2
+    # is a build the proxy does not run.
+    plan = tick.run(world(jobs(D2, generation=2), D3, D3))
+    assert "Refreshed" not in reasons(plan)
+    assert patched(plan) == {"jobs-manager": {"api": f"{JM_REPO}@{D1}"}}
+    assert tick.target("jobs-manager").phase is Phase.ROLLING_BACK
+
+
+def test_a_peer_whose_container_left_its_template_or_became_unparseable_does_not_run_it() -> None:
+    for requests_proxy in (
+        deployment("requests-proxy", {"proxy-v2": f"{JM_REPO}@{D2}"}, generation=2),
+        deployment("requests-proxy", {"proxy": f"{JM_REPO}@@{D2}"}, generation=2),
+    ):
+        tick = edge()
+        tick.run(seen(jobs(D1), proxy(D2)))  # jobs-manager catches up alone
+        plan = tick.run(seen(jobs(D2, generation=2), requests_proxy))
+        assert tick.target("requests-proxy").phase is Phase.CONFLICT
+        assert patched(plan) == {"jobs-manager": {"api": f"{JM_REPO}@{D1}"}}
+        assert tick.target("jobs-manager").message.startswith(
+            f"its lockstep peers on {GROUP} did not all move to {short(D2)}: Deployment "
+            "tracebloc/requests-proxy (Conflict); rolling back"
+        )
+
+
+def test_two_digests_in_flight_when_lockstep_is_turned_on_are_each_judged() -> None:
+    tick = edge(lockstep=False, rolloutTimeout="30m")
+    # Without lockstep jobs-manager moved to D3 while the proxy was not settled; then the
+    # proxy moved to D2, the tag's next build.
+    tick.run(seen(jobs(D1), proxy(D1, generation=2, observed=1), desired=D3))
+    tick.run(seen(jobs(D3, generation=2, available=0), proxy(D1, generation=2), desired=D2))
+    assert tick.target("requests-proxy").phase is Phase.REFRESHING
+    tick.spec = tick.spec.model_copy(update={"lockstep": True})
+    failed = [{"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded"}]
+    plan = tick.run(
+        seen(
+            jobs(D3, generation=2, available=0, conditions=failed),
+            proxy(D2, generation=3),
+            desired=D2,
+        )
+    )
+    # D3's move failed (jobs-manager rolls back on its own), and D2's, judged after it (D3's
+    # digest sorts first), is judged all the same: jobs-manager does not run D2, so the proxy
+    # rolls back too.
+    assert patched(plan) == {
+        "jobs-manager": {"api": f"{JM_REPO}@{D1}"},
+        "requests-proxy": {"proxy": f"{JM_REPO}@{D1}"},
+    }
+    assert tick.target("requests-proxy").refresh_attempts == 0
+
+
+def test_a_follow_up_counts_a_catch_up_refreshed_when_the_peer_it_did_not_read_runs_it() -> None:
+    tick = edge()
+    tick.run(seen(jobs(D1), proxy(D2)), advance=timedelta(seconds=10))
+    followed = tick.run({JOBS: seen(jobs(D2, generation=2), None)[JOBS]}, follow_up=True)
+    assert reasons(followed, JOBS) == ["Refreshed"]
+    assert tick.target("jobs-manager").phase is Phase.CURRENT
+
+
+def test_a_member_locked_mid_rollout_rolls_back_with_its_peers_and_stays_locked() -> None:
+    tick = edge()
+    tick.run(seen(jobs(D1), proxy(D1), desired=D1))
+    tick.status = tick.status.model_copy(
+        update={
+            "targets": tuple(
+                t.model_copy(update={"refresh_attempts": 2}) if t.name == "jobs-manager" else t
+                for t in tick.status.targets
+            )
+        }
+    )
+    started(tick)  # two failed attempts behind it, one left: jobs-manager starts
+    tick.spec = tick.spec.model_copy(update={"max_refresh_attempts": 2})  # lowered meanwhile
+    failed = [{"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded"}]
+    plan = tick.run(
+        seen(jobs(D2, generation=2), proxy(D2, generation=2, available=0, conditions=failed))
+    )
+    assert patched(plan) == {
+        "jobs-manager": {"api": f"{JM_REPO}@{D1}"},
+        "requests-proxy": {"proxy": f"{JM_REPO}@{D1}"},
+    }
+    locked_ = tick.target("jobs-manager")
+    assert (locked_.phase, locked_.refresh_attempts) == (Phase.LOCKED, 2)
+    assert locked_.message == (
+        f"locked after 2 failed or contested refreshes (its lockstep peers on {GROUP} did not "
+        f"all move to {short(D2)}: Deployment tracebloc/requests-proxy (RollingBack); rolling "
+        f"back to api={JM_REPO}@{D1} with them (no attempt counted against this target)); no "
+        "re-imaging until a reset: imagerefresh reset tracebloc/control-plane"
+    )
+    assert reasons(plan, JOBS) == ["RollingBack", "Locked"]
+
+
+def test_another_writer_moving_a_member_mid_rollout_rolls_the_others_back() -> None:
+    tick = edge()
+    started(tick)
+    # Someone pins the proxy to another build by hand while our refresh rolls out.
+    plan = tick.run(seen(jobs(D2, generation=2), proxy(D3, generation=3)))
+    # The proxy's refresh was superseded: a contested attempt, and jobs-manager, which moved
+    # with it, rolls back; the proxy re-pins D2 only once jobs-manager can move with it.
+    assert patched(plan) == {"jobs-manager": {"api": f"{JM_REPO}@{D1}"}}
+    assert reasons(plan, PROXY) == ["Contested", "LockstepWaiting"]
+    contested = tick.target("requests-proxy")
+    assert (contested.phase, contested.refresh_attempts, contested.contested) == (
+        Phase.WAITING,
+        1,
+        1,
+    )
+    assert tick.target("jobs-manager").phase is Phase.ROLLING_BACK
+
+
+def test_a_settled_time_ahead_by_no_more_than_the_clock_skew_bound_is_accepted() -> None:
+    tick = edge()
+    started(tick)
+    rolling = seen(jobs(D2, generation=2), proxy(D2, generation=2, available=0))
+    tick.run(rolling, advance=timedelta(seconds=10))
+    # Written by another replica whose clock is ahead by the whole tolerated skew.
+    ahead = tuple(
+        t.model_copy(
+            update={
+                "pending": t.pending.model_copy(
+                    update={"settled_at": tick.now + timedelta(minutes=5)}
+                )
+            }
+        )
+        if t.name == "jobs-manager"
+        else t
+        for t in tick.status.targets
+    )
+    tick.status = tick.status.model_copy(update={"targets": ahead})
+    plan = tick.run(rolling, follow_up=True)
+    assert plan.patches == ()
+    holding = tick.target("jobs-manager")
+    assert holding.phase is Phase.REFRESHING
+    assert holding.message.startswith("our refresh rolled out; its lockstep peers")

@@ -21,8 +21,8 @@ targets are decided again with, until the orders stop changing:
   is the failing member's. A member whose evidence could not be read is unknown: the others
   hold, they are never rolled back on unreadable evidence.
 
-Orders only ever grow (a hold, a success held, a rollback), so the iteration ends; its bound
-is the number of orders there can be.
+Orders only ever grow (a hold, a success held, a rollback; the first reason given stays), so
+the iteration ends; its bound is the number of orders there can be.
 """
 
 from __future__ import annotations
@@ -57,7 +57,6 @@ __all__ = [
 ]
 
 _NOTHING: Mapping[str, str] = MappingProxyType({})
-_NO_DIGESTS: Mapping[str, DigestOutcome] = MappingProxyType({})
 
 
 class Result(StrEnum):
@@ -161,8 +160,13 @@ def lockstep_groups(spec: PolicySpec, keys: Iterable[TargetKey]) -> tuple[Group,
 
 
 def order_bound(groups: Iterable[Group]) -> int:
-    """How many rounds of orders there can be: each round adds at least one order."""
-    return sum(len(names) + 2 for group in groups for names in group.members.values()) + 1
+    """How many rounds can change the orders: each adds one at least, and there are at most
+    this many (a hold per container, a success held and a rollback per member).
+
+    Should every round change them, the last decisions were made under orders no round can
+    add to: the round that would only confirm it is not needed.
+    """
+    return sum(len(names) + 2 for group in groups for names in group.members.values())
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,7 +178,7 @@ class Member:
     status: TargetStatus
     report: LockstepReport
     orders: LockstepOrders
-    digests: Mapping[str, DigestOutcome] = field(default_factory=lambda: _NO_DIGESTS)
+    digests: Mapping[str, DigestOutcome]  # what its containers' tags resolved to this tick
 
     @property
     def label(self) -> str:
@@ -185,9 +189,10 @@ class Member:
         pending = self.report.judged.pending if self.report.judged else self.status.pending
         if pending is None or pending.purpose is not PendingPurpose.REFRESH:
             return None
-        # Containers the refresh did not need to move (already pinned) are not in it.
+        # Containers the refresh did not need to move (already pinned) are not in it. Its images
+        # are references (PendingRefresh validates them); one naming no digest moves to none.
         digests = {
-            image.rpartition("@")[2] if "@" in image else None
+            parse(image).digest
             for name in self.containers
             if (image := pending.images.get(name)) is not None
         }
@@ -329,24 +334,19 @@ def lockstep_orders(
     digests: Mapping[TargetKey, Mapping[str, DigestOutcome]],
     orders: Mapping[TargetKey, LockstepOrders],
 ) -> dict[TargetKey, LockstepOrders]:
-    """``orders`` with whatever the groups ask of this round's decisions (``decided``)."""
+    """``orders`` with whatever the groups ask of this round's decisions (``decided``).
+
+    ``decided`` and ``digests`` (what each target's containers resolved to) hold every target.
+    """
     wanted = dict(orders)
     for group in groups:
         members = [
-            Member(
-                key,
-                names,
-                *decided[key],
-                orders.get(key, NO_ORDERS),
-                digests.get(key, _NO_DIGESTS),
-            )
+            Member(key, names, *decided[key], orders.get(key, NO_ORDERS), digests[key])
             for key, names in group.members.items()
-            if key in decided
         ]
-        found = _verdict_orders(group, members)
-        for key, order in _start_orders(group, members).items():
-            found[key] = found.get(key, NO_ORDERS).merged(order)
-        for key, order in found.items():
+        # Verdicts hold successes and roll back, starts hold containers: each merged in turn.
+        found = [*_verdict_orders(group, members).items(), *_start_orders(group, members).items()]
+        for key, order in found:
             wanted[key] = wanted.get(key, NO_ORDERS).merged(order)
     return wanted
 

@@ -636,8 +636,8 @@ class _Decision:
         if refusal is not None:
             self.outcome.rate_limited = True
             return self._finish(Phase.DEFERRED, f"deferred: {refusal}{note}")
-        self.outcome.starting = dict(drifted)
         if self.ctx.spec.dry_run:
+            self.outcome.starting = dict(drifted)  # what would start, for the lockstep rules
             return self._finish(Phase.DRIFTED, f"dry run, would patch {plan}{note}")
         moved = self._moved_since_our_write(workload, drifted)
         contest = ""
@@ -659,9 +659,11 @@ class _Decision:
                 "another policy) or remove the target from this policy",
             )
             if self._locked:
+                # Locked by this contest: nothing starts, so its lockstep peers must wait.
                 return self._finish(
                     Phase.LOCKED, self._locked_message(f"contested by {writers}: {plan}")
                 )
+        self.outcome.starting = dict(drifted)
         adopted = self._adopted_tags(workload)
         pins = {**{n: d for n, d in adopted.items() if n not in self.orders.held}, **drifted}
         pending = PendingRefresh(
