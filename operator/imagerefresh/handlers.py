@@ -50,6 +50,14 @@ GROUP, VERSION, PLURAL = "images.tracebloc.io", "v1alpha1", "imagerefreshpolicie
 REFRESH_NOW_ANNOTATION = "images.tracebloc.io/refresh-now"
 # What the daemons of earlier versions put on every policy.
 LEGACY_FINALIZER = f"{GROUP}/finalizer"
+# kopf's watch streams can go silent without a disconnect (kopf's docs; root cause unknown
+# upstream): no event, no error, until kopf's 70 s inactivity timer reconnects. Ending every
+# watch after WATCH_SERVER_TIMEOUT (server side) or WATCH_CLIENT_TIMEOUT (client side, if the
+# server never ends it) bounds how late a new policy, a refresh-now or a spec change can be
+# noticed. kopf resumes from the last resourceVersion, so a reconnect lists nothing again: one
+# watch request per stream per period.
+WATCH_SERVER_TIMEOUT = 25
+WATCH_CLIENT_TIMEOUT = 35.0
 DEFAULT_INTERVAL: float = PolicySpec.model_fields["interval"].default.total_seconds()
 
 
@@ -123,6 +131,8 @@ def build_registry() -> kopf.OperatorRegistry:
             prefix=GROUP, key="last-handled-configuration"
         )
         settings.posting.level = logging.WARNING
+        settings.watching.server_timeout = WATCH_SERVER_TIMEOUT
+        settings.watching.client_timeout = WATCH_CLIENT_TIMEOUT
         memo.task = asyncio.get_running_loop().create_task(memo.scheduler.run())
 
     @kopf.on.cleanup(registry=registry)

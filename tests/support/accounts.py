@@ -19,7 +19,13 @@ import yaml
 
 from support.cluster_env import AUDITED_NAMESPACE, Cluster
 
-__all__ = ["AuditEntry", "audited_kubeconfig", "audited_writes", "service_account_kubeconfig"]
+__all__ = [
+    "AuditEntry",
+    "audited_kubeconfig",
+    "audited_requests",
+    "audited_writes",
+    "service_account_kubeconfig",
+]
 
 WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 
@@ -136,3 +142,21 @@ def audited_writes(cluster: Cluster, *accounts: str) -> list[AuditEntry]:
                 )
             )
     return entries
+
+
+def audited_requests(cluster: Cluster, account: str, stage: str) -> list[tuple[str, str, int]]:
+    """The (verb, requestURI, code) of every request by ``account`` the API server logged at
+    ``stage`` (a watch is logged at ``ResponseStarted`` when it starts), in the order logged."""
+    assert cluster.audit_log is not None
+    user = f"system:serviceaccount:{AUDITED_NAMESPACE}:{account}"
+    found: list[tuple[str, str, int]] = []
+    with cluster.audit_log.open() as log:
+        for line in log:
+            try:
+                event: dict[str, Any] = json.loads(line)
+            except ValueError:
+                continue  # a line still being written
+            if (event.get("user") or {}).get("username") == user and event.get("stage") == stage:
+                code = int((event.get("responseStatus") or {}).get("code") or 0)
+                found.append((str(event.get("verb")), str(event.get("requestURI")), code))
+    return found

@@ -109,6 +109,9 @@ class Scheduler:
         policy = self._policies.get(uid)
         if policy is None:
             self._policies[uid] = _Policy(namespace, name, interval, trigger)
+            # Its first tick starts now: a policy noticed that never logs a tick is stuck in
+            # the operator, one never noticed was not reported by the watch.
+            log.info("policy noticed", policy=f"{namespace}/{name}")
         else:
             if policy.trigger != trigger:
                 policy.trigger, policy.due, policy.asked_at = trigger, 0.0, self.clock()
