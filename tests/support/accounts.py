@@ -10,6 +10,7 @@ the chart's business, tested in tests/chart).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -110,53 +111,55 @@ class AuditEntry:
         return 200 <= self.code < 300
 
 
-def audited_writes(cluster: Cluster, *accounts: str) -> list[AuditEntry]:
-    """Every write (create/update/patch/delete) by ``accounts`` the API server answered, in the
-    order it logged them (the order it completed them)."""
+def _audit_events(cluster: Cluster) -> Iterator[dict[str, Any]]:
+    """The audit log's entries, in the order the API server logged them."""
     assert cluster.audit_log is not None
-    users = {f"system:serviceaccount:{AUDITED_NAMESPACE}:{a}": a for a in accounts}
-    entries: list[AuditEntry] = []
     with cluster.audit_log.open() as log:
         for line in log:
             try:
-                event: dict[str, Any] = json.loads(line)
+                yield json.loads(line)
             except ValueError:
                 continue  # a line still being written
-            account = users.get((event.get("user") or {}).get("username", ""))
-            if account is None or event.get("stage") != "ResponseComplete":
-                continue
-            if event.get("verb") not in WRITE_VERBS:
-                continue
-            ref = event.get("objectRef") or {}
-            resource = ref.get("resource", "")
-            if ref.get("subresource"):
-                resource += "/" + ref["subresource"]
-            entries.append(
-                AuditEntry(
-                    account=account,
-                    verb=event["verb"],
-                    resource=resource,
-                    namespace=ref.get("namespace", ""),
-                    name=ref.get("name", ""),
-                    code=int((event.get("responseStatus") or {}).get("code") or 0),
-                )
+
+
+def _code(event: dict[str, Any]) -> int:
+    return int((event.get("responseStatus") or {}).get("code") or 0)
+
+
+def audited_writes(cluster: Cluster, *accounts: str) -> list[AuditEntry]:
+    """Every write (create/update/patch/delete) by ``accounts`` the API server answered, in the
+    order it logged them (the order it completed them)."""
+    users = {f"system:serviceaccount:{AUDITED_NAMESPACE}:{a}": a for a in accounts}
+    entries: list[AuditEntry] = []
+    for event in _audit_events(cluster):
+        account = users.get((event.get("user") or {}).get("username", ""))
+        if account is None or event.get("stage") != "ResponseComplete":
+            continue
+        if event.get("verb") not in WRITE_VERBS:
+            continue
+        ref = event.get("objectRef") or {}
+        resource = ref.get("resource", "")
+        if ref.get("subresource"):
+            resource += "/" + ref["subresource"]
+        entries.append(
+            AuditEntry(
+                account=account,
+                verb=event["verb"],
+                resource=resource,
+                namespace=ref.get("namespace", ""),
+                name=ref.get("name", ""),
+                code=_code(event),
             )
+        )
     return entries
 
 
 def audited_requests(cluster: Cluster, account: str, stage: str) -> list[tuple[str, str, int]]:
     """The (verb, requestURI, code) of every request by ``account`` the API server logged at
     ``stage`` (a watch is logged at ``ResponseStarted`` when it starts), in the order logged."""
-    assert cluster.audit_log is not None
     user = f"system:serviceaccount:{AUDITED_NAMESPACE}:{account}"
-    found: list[tuple[str, str, int]] = []
-    with cluster.audit_log.open() as log:
-        for line in log:
-            try:
-                event: dict[str, Any] = json.loads(line)
-            except ValueError:
-                continue  # a line still being written
-            if (event.get("user") or {}).get("username") == user and event.get("stage") == stage:
-                code = int((event.get("responseStatus") or {}).get("code") or 0)
-                found.append((str(event.get("verb")), str(event.get("requestURI")), code))
-    return found
+    return [
+        (str(event.get("verb")), str(event.get("requestURI")), _code(event))
+        for event in _audit_events(cluster)
+        if (event.get("user") or {}).get("username") == user and event.get("stage") == stage
+    ]
