@@ -578,14 +578,14 @@ def test_without_rollback_on_failure_a_peer_failing_rolls_nothing_back() -> None
     assert tick.target("jobs-manager").phase is Phase.CURRENT
 
 
-def refused(tick: Tick, name: str) -> None:
-    """What the shell leaves when the API server refused ``name``'s refresh patch for good."""
+def left_without_intent(tick: Tick, name: str, phase: Phase) -> None:
+    """What the shell leaves when ``name``'s refresh patch did not land: ``phase`` and no
+    intent (Refused: the API server refused it for good; the previous phase: it met a
+    concurrent edit)."""
     tick.status = tick.status.model_copy(
         update={
             "targets": tuple(
-                t.model_copy(update={"phase": Phase.REFUSED, "pending": None})
-                if t.name == name
-                else t
+                t.model_copy(update={"phase": phase, "pending": None}) if t.name == name else t
                 for t in tick.status.targets
             )
         }
@@ -595,32 +595,17 @@ def refused(tick: Tick, name: str) -> None:
 def test_a_member_whose_patch_was_refused_is_behind_so_the_one_that_moved_rolls_back() -> None:
     tick = edge()
     started(tick)
-    refused(tick, "requests-proxy")
+    left_without_intent(tick, "requests-proxy", Phase.REFUSED)
     tick.spec = tick.spec.model_copy(update={"max_skip_ticks": 1})
     plan = tick.run(seen(jobs(D2, generation=2), proxy(D1, generation=2, observed=1)))
     assert patched(plan) == {"jobs-manager": {"api": f"{JM_REPO}@{D1}"}}
     assert tick.target("jobs-manager").phase is Phase.ROLLING_BACK
 
 
-def conflicted(tick: Tick, name: str) -> None:
-    """What the shell leaves when ``name``'s patch met a concurrent edit: the previous phase,
-    and no intent."""
-    tick.status = tick.status.model_copy(
-        update={
-            "targets": tuple(
-                t.model_copy(update={"phase": Phase.CURRENT, "pending": None})
-                if t.name == name
-                else t
-                for t in tick.status.targets
-            )
-        }
-    )
-
-
 def test_a_member_whose_patch_met_a_concurrent_edit_joins_the_refresh_in_flight() -> None:
     tick = edge()
     started(tick)
-    conflicted(tick, "requests-proxy")
+    left_without_intent(tick, "requests-proxy", Phase.CURRENT)
     plan = tick.run(seen(jobs(D2, generation=2, available=0), proxy(D1)))
     assert patched(plan) == {"requests-proxy": {"proxy": f"{JM_REPO}@{D2}"}}
     assert tick.target("jobs-manager").phase is Phase.REFRESHING
@@ -629,7 +614,7 @@ def test_a_member_whose_patch_met_a_concurrent_edit_joins_the_refresh_in_flight(
 def test_a_follow_up_holds_for_a_member_it_did_not_read_and_the_next_tick_lets_it_join() -> None:
     tick = edge()
     started(tick)
-    conflicted(tick, "requests-proxy")
+    left_without_intent(tick, "requests-proxy", Phase.CURRENT)
     # A follow-up reads only the rollouts in flight: the proxy's status is the last tick's.
     followed = tick.run({JOBS: seen(jobs(D2, generation=2), None)[JOBS]}, follow_up=True)
     assert followed.patches == ()
@@ -754,7 +739,7 @@ def test_a_peer_already_on_the_digest_but_unreadable_holds_a_settled_catch_up() 
 def test_a_dry_run_holds_a_settled_success_while_a_peer_would_join_it() -> None:
     tick = edge()
     started(tick)
-    conflicted(tick, "requests-proxy")
+    left_without_intent(tick, "requests-proxy", Phase.CURRENT)
     tick.spec = tick.spec.model_copy(update={"dry_run": True})  # turned on mid-rollout
     plan = tick.run(seen(jobs(D2, generation=2), proxy(D1)))
     assert plan.patches == ()
@@ -794,7 +779,7 @@ def test_a_dry_run_holds_no_success_for_a_peer_that_could_move_only_part_of_the_
 
     first = tick.run(world(D1, 1, D2), advance=timedelta(minutes=1))
     assert set(patched(first)) == {"jobs-manager", "requests-proxy"}
-    conflicted(tick, "requests-proxy")
+    left_without_intent(tick, "requests-proxy", Phase.CURRENT)
     tick.spec = tick.spec.model_copy(update={"dry_run": True})
     # The proxy's worker cannot be resolved now: the proxy would move only part of the group,
     # so it is held and joins nothing; jobs-manager's refresh, settled, is a success.
@@ -843,7 +828,7 @@ def test_a_peer_on_the_tag_whose_patch_was_refused_and_pods_run_the_old_build_is
 
     first = tick.run(world(jobs(D1), on_tag()), advance=timedelta(minutes=1))
     assert set(patched(first)) == {"jobs-manager", "requests-proxy"}
-    refused(tick, "requests-proxy")
+    left_without_intent(tick, "requests-proxy", Phase.REFUSED)
     tick.spec = tick.spec.model_copy(update={"max_skip_ticks": 1})
     plan = tick.run(world(jobs(D2, generation=2), on_tag(generation=2, observed=1)))
     assert patched(plan) == {"jobs-manager": {"api": f"{JM_REPO}@{D1}"}}
