@@ -37,12 +37,14 @@ def ran(value: str) -> str:
     return f"docker.io/{JM_REPO}@{value}"
 
 
-def edge(**fields: Any) -> Tick:
+def edge(*more: dict[str, Any], **fields: Any) -> Tick:
+    """The edge's jobs-manager and requests-proxy (one image), ``more`` targets, lockstep on."""
     fields.setdefault("lockstep", True)
     return Tick(
         spec(
             target("jobs-manager", api=JM, **{"pods-monitor-container": PM}),
             target("requests-proxy", proxy=JM),
+            *more,
             **fields,
         )
     )
@@ -398,14 +400,7 @@ def test_a_reference_tracked_by_one_target_only_is_no_group_so_nothing_in_it_wai
 
 
 def test_a_new_digest_waits_for_every_peer_still_rolling_out_the_last_one_and_names_each() -> None:
-    tick = Tick(
-        spec(
-            target("jobs-manager", api=JM, **{"pods-monitor-container": PM}),
-            target("requests-proxy", proxy=JM),
-            target("gateway", gateway=JM),
-            lockstep=True,
-        )
-    )
+    tick = edge(target("gateway", gateway=JM))
     gateway = key("gateway")
 
     def world(
@@ -435,15 +430,7 @@ def test_a_new_digest_waits_for_every_peer_still_rolling_out_the_last_one_and_na
 
 
 def test_a_target_held_in_two_groups_moves_in_neither_and_gives_both_reasons() -> None:
-    tick = Tick(
-        spec(
-            target("jobs-manager", api=JM, **{"pods-monitor-container": PM}),
-            target("requests-proxy", proxy=JM),
-            target("sidecar", monitor=PM),
-            lockstep=True,
-            maxSkipTicks=1,
-        )
-    )
+    tick = edge(target("sidecar", monitor=PM), maxSkipTicks=1)
     found = seen(jobs(D1), proxy(D1, generation=2, observed=1), monitor=P2)
     frozen = deployment("sidecar", {"monitor": f"{PM_REPO}@{P1}"}, generation=2, observed=1)
     found[key("sidecar")] = evidence(frozen, digests={"monitor": P2})
@@ -662,14 +649,7 @@ def test_a_forced_rollback_cascades_to_the_other_group_the_target_moved_in() -> 
     # jobs-manager moves api (group jobs-manager) and pods-monitor-container (group
     # pods-monitor, shared with a sidecar target): requests-proxy failing rolls jobs-manager
     # back, so the sidecar, which moved with it on pods-monitor, rolls back too.
-    tick = Tick(
-        spec(
-            target("jobs-manager", api=JM, **{"pods-monitor-container": PM}),
-            target("requests-proxy", proxy=JM),
-            target("sidecar", monitor=PM),
-            lockstep=True,
-        )
-    )
+    tick = edge(target("sidecar", monitor=PM))
     sidecar = key("sidecar")
 
     def side(image: str, generation: int = 1, **fields: Any) -> dict[str, Any]:
