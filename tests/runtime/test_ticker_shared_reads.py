@@ -3,11 +3,13 @@
 Two policies in one namespace, each with a workload pulling through the same ServiceAccount's
 pull secret, are planned one after the other by one ticker against the real API server: within
 the resolution window the second reads neither again; a ticker without a window reads them for
-each policy (an answer is never used after the window it was read in).
+each policy (an answer is never used after the window it was read in), and so does a tick
+someone asked for (a new refresh-now), whatever the window.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -65,7 +67,11 @@ async def api(cluster: Cluster) -> AsyncIterator[CountingKubeApi]:
     counting.close()
 
 
-async def plan_both(api: CountingKubeApi, registry: str, namespace: str, window: float) -> None:
+async def plan_both(
+    api: CountingKubeApi, registry: str, namespace: str, window: float, *, ask_second: bool = False
+) -> None:
+    """Plan both policies with one ticker; ``ask_second``: the second is a tick someone asked
+    for (a new refresh-now) instead of a plan."""
     ledger = RateLimitLedger()
     config = OperatorConfig(insecure_registries=(registry,), resolution_window=window)
     async with RegistryClient(insecure_registries=[registry], ledger=ledger) as client:
@@ -76,10 +82,20 @@ async def plan_both(api: CountingKubeApi, registry: str, namespace: str, window:
             config=config,
             metrics=Metrics(),
         )
-        for name in POLICIES:
-            planned = await ticker.plan(namespace, name)
+        first, second = POLICIES
+        planned = await ticker.plan(namespace, first)
+        assert planned is not None
+        statuses = [planned[1].status]
+        if ask_second:
+            ticked = await ticker.tick(namespace, second, asked_at=time.time())
+            assert ticked is not None and ticked.applied is not None
+            statuses.append(ticked.applied.status)
+        else:
+            planned = await ticker.plan(namespace, second)
             assert planned is not None
-            (target_status,) = planned[1].status.targets
+            statuses.append(planned[1].status)
+        for status in statuses:
+            (target_status,) = status.targets
             assert target_status.phase is not Phase.ERROR, target_status.message
 
 
@@ -96,5 +112,14 @@ async def test_without_a_window_each_policy_reads_them_itself(
     api: CountingKubeApi, registry: str, two_policies: str
 ) -> None:
     await plan_both(api, registry, two_policies, window=0.0)
+    assert api.count("GET", "serviceaccounts") == 2
+    assert api.count("GET", "secrets") == 2
+
+
+async def test_a_tick_asked_for_reads_them_anew_within_the_window(
+    api: CountingKubeApi, registry: str, two_policies: str
+) -> None:
+    # A refresh-now after a pull secret was rotated must not run on the secret read before it.
+    await plan_both(api, registry, two_policies, window=10.0, ask_second=True)
     assert api.count("GET", "serviceaccounts") == 2
     assert api.count("GET", "secrets") == 2
