@@ -88,7 +88,8 @@ async def plan_both(
         statuses = [planned[1].status]
         if ask_second:
             ticked = await ticker.tick(namespace, second, asked_at=time.time())
-            assert ticked is not None and ticked.applied is not None
+            assert ticked is not None
+            assert ticked.applied is not None
             statuses.append(ticked.applied.status)
         else:
             planned = await ticker.plan(namespace, second)
