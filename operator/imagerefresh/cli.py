@@ -37,6 +37,7 @@ from imagerefresh.health import serve_health
 from imagerefresh.kube.api import KubeApi
 from imagerefresh.kube.edge import EdgeApi
 from imagerefresh.kube.errors import KubeError
+from imagerefresh.kube.namespaces import NamespaceScope, is_pattern
 from imagerefresh.logs import LogFormat, configure_logging
 from imagerefresh.metrics import Metrics
 from imagerefresh.migration import MigrationRefused
@@ -242,7 +243,13 @@ allow_option = click.option(
 
 
 @main.command()
-@click.option("--namespace", "namespaces", multiple=True, help="Watch this namespace (repeat).")
+@click.option(
+    "--namespace",
+    "namespaces",
+    multiple=True,
+    help="Watch this namespace (repeat). A pattern (`irp-*`, `*, !kube-*`) watches policies "
+    "cluster-wide and serves those whose namespace matches.",
+)
 @click.option("--all-namespaces", is_flag=True, help="Watch every namespace.")
 @click.option("--liveness-port", default=8080, show_default=True, help="Serves /healthz.")
 @click.option("--metrics-port", default=9090, show_default=True, help="Serves /metrics.")
@@ -315,9 +322,10 @@ allow_option = click.option(
     "--scanning/--no-scanning",
     default=True,
     show_default=True,
-    help="kopf lists and watches CRDs and namespaces cluster-wide to notice new ones. "
-    "--no-scanning needs no cluster-wide RBAC for that: only exact --namespace names are "
-    "served and the CRD must exist at start-up (as the Helm chart runs it).",
+    help="kopf lists and watches CRDs (and, for exact --namespace names, namespaces) "
+    "cluster-wide to notice new ones. --no-scanning needs no cluster-wide RBAC for that: the "
+    "CRD must exist at start-up, and exact names are served whether they exist yet or not "
+    "(as the Helm chart runs it).",
 )
 @kubeconfig_option
 def run(
@@ -347,6 +355,8 @@ def run(
     """Run the operator."""
     if not namespaces and not all_namespaces:
         raise click.UsageError("give --namespace NS (repeatable) or --all-namespaces")
+    if namespaces and all_namespaces:
+        raise click.UsageError("give --namespace NS (repeatable) or --all-namespaces, not both")
     try:
         timings = ElectionTimings(
             leader_election_lease_duration,
@@ -356,10 +366,7 @@ def run(
     except ValueError as error:
         raise click.UsageError(f"leader election timings: {error}") from error
     lease_home = lease_namespace(leader_election_namespace, namespaces) if leader_elect else None
-    globs = [ns for ns in namespaces if any(c in ns for c in "*?!,")]
-    if globs and not scanning:
-        # kopf would silently drop them: without scanning it serves exact names only.
-        raise click.UsageError(f"--no-scanning serves exact namespaces only, not {globs}")
+    scope = NamespaceScope.of(namespaces)
     tuned = tune_allocator()  # before any thread exists: the arena limit binds new threads
     if logging.getLogger().level > logging.INFO:
         configure_logging("INFO", "auto")
@@ -444,11 +451,12 @@ def run(
             # Only now do kopf and the handlers start: a standby has read the Lease, nothing else.
             operator = asyncio.create_task(
                 kopf.operator(
-                    registry=build_registry(),
+                    registry=build_registry(scope),
                     settings=settings,
                     memo=runtime,
-                    clusterwide=all_namespaces,
-                    namespaces=namespaces,
+                    # Patterns are matched by the handlers, never by kopf (see kube.namespaces).
+                    clusterwide=scope.clusterwide,
+                    namespaces=() if scope.clusterwide else namespaces,
                     standalone=True,
                 )
             )
@@ -501,7 +509,7 @@ def lease_namespace(given: str | None, namespaces: tuple[str, ...]) -> str:
     own = os.environ.get("POD_NAMESPACE") or own
     if own:
         return own
-    exact = [ns for ns in namespaces if not any(c in ns for c in "*?!,")]
+    exact = [ns for ns in namespaces if not is_pattern(ns)]
     if exact:
         return exact[0]
     raise click.UsageError(

@@ -11,6 +11,9 @@ waits for the operator.
 Earlier versions served policies with kopf daemons, which left a finalizer on each policy;
 the event handler removes it (an upgrade must not strand a policy that is being deleted).
 
+With a namespace pattern kopf watches policies cluster-wide and the handler serves only those
+in a matching namespace (:mod:`imagerefresh.kube.namespaces` says why kopf does not match).
+
 Handlers are registered on a registry built by :func:`build_registry`, never at import time;
 kopf's log-to-event posting is limited to warnings so that the operator's own events stay the
 ones an SRE reads.
@@ -28,6 +31,7 @@ import kopf
 import structlog
 
 from imagerefresh.kube.errors import KubeError
+from imagerefresh.kube.namespaces import NamespaceScope
 from imagerefresh.models import PolicySpec, parse_duration
 from imagerefresh.runtime.gather import RESET_ANNOTATION, WINDOW_OVERRIDE_ANNOTATION
 from imagerefresh.runtime.schedule import random_phase
@@ -118,9 +122,14 @@ async def _drop_legacy_finalizer(runtime: Runtime, body: kopf.Body) -> None:
         log.info("removed the finalizer an earlier version left", policy=f"{namespace}/{name}")
 
 
-def build_registry() -> kopf.OperatorRegistry:
-    """A kopf registry with the operator's handlers."""
+def build_registry(scope: NamespaceScope | None = None) -> kopf.OperatorRegistry:
+    """A kopf registry with the operator's handlers, for the policies of ``scope`` (all when
+    None). kopf watches where it is told; ``scope`` decides which of those policies are ours."""
     registry = kopf.OperatorRegistry()
+    serves = (scope or NamespaceScope()).serves
+
+    def in_scope(namespace: str | None, **_: Any) -> bool:
+        return serves(namespace or "")
 
     @kopf.on.startup(registry=registry)
     async def configure(settings: kopf.OperatorSettings, memo: Runtime, **_: Any) -> None:
@@ -146,7 +155,7 @@ def build_registry() -> kopf.OperatorRegistry:
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
         return kopf.login_via_client(**kwargs)
 
-    @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
+    @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry, when=in_scope)
     async def noticed(body: kopf.Body, type: str | None, memo: Runtime, **_: Any) -> None:
         uid = body.metadata.uid or ""
         if type == "DELETED":
