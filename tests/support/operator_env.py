@@ -171,12 +171,9 @@ class Operator:
                 pytest.fail(f"imagerefresh run died; log tail:\n{self.log()[-3000:]}")
             time.sleep(0.1)
 
-    def wait_first_tick(self, namespace: str, policy: str, timeout: float = 120) -> None:
-        # A precondition, not a verdict: twice in many runs the first tick of a policy in a
-        # namespace created just after the operator started came only after ~31 s and >60 s
-        # (never seen in 200 namespaces created under a running operator, nor in 40 restarts).
-        # 120 s outlasts kopf's own 70 s reconnect of a silent watch stream; the log says
-        # whether the policy was noticed ("policy noticed") and then stuck, or never reported.
+    def wait_first_tick(self, namespace: str, policy: str, timeout: float = 60) -> None:
+        # A precondition, not a verdict. On failure the log says whether the policy was
+        # noticed ("policy noticed") and then stuck in the operator, or never delivered by kopf.
         deadline = time.monotonic() + timeout
         while self.ticks(namespace, policy) < 1:
             if time.monotonic() > deadline:
