@@ -24,6 +24,7 @@ MATCHES = [
     ("irp-?", "irp-ab", False),
     ("*,!kube-*", "kube-system", False),
     ("*,!kube-*", "tracebloc", True),
+    ("irp-*, !kube-*", "default", False),  # an exclusion never includes
     ("!!kube-*", "kube-system", False),
     ("tracebloc", "tracebloc", True),
     ("tracebloc", "tracebloc-node-agents", False),
