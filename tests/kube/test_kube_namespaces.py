@@ -26,17 +26,19 @@ MATCHES = [
     ("*,!kube-*", "tracebloc", True),
     ("irp-*, !kube-*", "default", False),  # an exclusion never includes
     ("!!kube-*", "kube-system", False),
+    ("!X*", "tracebloc", True),  # only the `!` marks are stripped from an exclusion
     ("tracebloc", "tracebloc", True),
     ("tracebloc", "tracebloc-node-agents", False),
     ("Tracebloc", "tracebloc", False),
 ]
 
 
-@pytest.mark.parametrize(("pattern", "namespace", "served"), MATCHES)
+# `name`, not `namespace`: an argument named like the cluster fixture marks a test `cluster`.
+@pytest.mark.parametrize(("pattern", "name", "served"), MATCHES)
 def test_a_pattern_serves_the_namespaces_kopfs_grammar_says(
-    pattern: str, namespace: str, served: bool
+    pattern: str, name: str, served: bool
 ) -> None:
-    assert NamespaceScope.of([pattern]).serves(namespace) is served
+    assert NamespaceScope.of([pattern]).serves(name) is served
 
 
 def test_a_namespace_is_served_when_any_given_value_serves_it() -> None:
