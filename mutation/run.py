@@ -55,6 +55,7 @@ CORE = (
     "registry/auth.py",
     "models/",
     "audit.py",
+    "kube/namespaces.py",
 )
 # The fast tests that cover it: no cluster, no registry process.
 TESTS = (
@@ -66,6 +67,7 @@ TESTS = (
     "tests/models/",
     "tests/registry/test_registry_auth.py",
     "tests/test_audit.py",
+    "tests/kube/test_kube_namespaces.py",
 )
 MARKERS = "not cluster and not registry"
 # The pytest plugin that makes property tests few and fixed (see hypothesis_profile.py).
