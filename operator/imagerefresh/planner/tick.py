@@ -171,8 +171,11 @@ def _plan_targets(
     outcomes: list[tuple[TargetKey, TargetOutcome]] = []
     for key, target in zip(keys, spec.targets, strict=True):
         prior = previous.get(key)
-        if tick.follow_up and not reset and prior is not None and prior.pending is None:
-            outcomes.append((key, TargetOutcome(status=prior, decided=False)))
+        if tick.follow_up and (prior is None or prior.pending is None):
+            # Not a rollout in flight: not read, so nothing is decided on it. A target the last
+            # tick never saw (added to the spec since) waits for the tick that reads it.
+            if prior is not None:
+                outcomes.append((key, TargetOutcome(status=prior, decided=False)))
             continue
         allowed = tick.namespaces.allows(policy.namespace, key.namespace)
         evidence = tick.evidence.get(key, _NOT_READ)
@@ -187,9 +190,14 @@ def _plan_targets(
 def plan_tick(tick: TickInput) -> Plan:
     """Decide one tick of one policy. Pure: the same input always gives the same plan."""
     policy, spec, before = tick.policy, tick.policy.spec, tick.policy.status
-    reset = policy.reset_request is not None and policy.reset_request != before.last_reset
-    # A new value of the override lets refreshes start outside the windows in this one tick. A
-    # follow-up starts none, so it leaves the value for the tick that can.
+    # A reset (and an override) is honoured by a tick that reads every target. A follow-up reads
+    # only the rollouts in flight and starts no refresh: it leaves both values for the next
+    # tick that can honour them, rather than using them up on targets it did not read.
+    reset = (
+        not tick.follow_up
+        and policy.reset_request is not None
+        and policy.reset_request != before.last_reset
+    )
     override = (
         not tick.follow_up
         and policy.window_override is not None
