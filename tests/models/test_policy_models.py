@@ -191,6 +191,7 @@ def test_status_round_trips_through_its_api_form() -> None:
                     "generation": 7,
                 },
                 "lastGood": {},
+                "contestedImages": {},
                 "containers": [{"name": "api", "tracked": "docker.io/a:p", "running": []}],
             }
         ],

@@ -168,6 +168,11 @@ class TargetStatus(StatusModel):
     last_good: Annotated[dict[str, Image], Field(max_length=MAX_CONTAINERS)] = Field(
         default_factory=dict
     )
+    # The images another writer put in place in the last contest counted: re-pinning from them
+    # is that same contest, never a second one. Cleared by a success.
+    contested_images: Annotated[dict[str, Image], Field(max_length=MAX_CONTAINERS)] = Field(
+        default_factory=dict
+    )
     containers: tuple[ContainerStatus, ...] = ()
 
 

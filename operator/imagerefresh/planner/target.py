@@ -184,13 +184,29 @@ class _Decision:
         # Sticky: a ceiling raised after the lock does not lift it; only a reset does.
         return self._at_ceiling or self.status.locked_at is not None
 
-    def _count_attempt(self, *, contested: bool = False) -> int:
-        attempts = self.status.refresh_attempts + 1
+    def _record_good(self) -> None:
+        """The live images run the desired digests (our refresh, or an adoption): a later move
+        away from them is what a contest is judged against, and it would be a new one."""
         self._set(
-            refresh_attempts=attempts,
-            contested=self.status.contested + int(contested),
+            last_good={c.name: c.live for c in self.status.containers if c.live},
+            contested_images={},
         )
+
+    def _count_attempt(self) -> int:
+        attempts = self.status.refresh_attempts + 1
+        self._set(refresh_attempts=attempts)
         return attempts
+
+    def _count_contest(self, workload: Workload, names: Iterable[str]) -> int:
+        """Count another writer's move as a failed attempt, once: the images it wrote are
+        remembered (``contestedImages``), so re-pinning from them is not counted again."""
+        moved = {name: _normalised(workload.containers[name].image) for name in names}
+        self._set(
+            refresh_attempts=self.status.refresh_attempts + 1,
+            contested=self.status.contested + 1,
+            contested_images={**self.status.contested_images, **moved},
+        )
+        return self.status.refresh_attempts
 
     # --- the steps -----------------------------------------------------------------------
 
@@ -323,29 +339,43 @@ class _Decision:
             if pending.purpose is PendingPurpose.ROLLBACK:
                 return self._judge_rollback(workload, pending)
             return self._judge_refresh(workload, pending)
-        if now == pending.previous:
+        # Back at the images it replaced: a patch that never landed (a crash, a lost refusal) —
+        # unless it is known to have landed (its generation was recorded), when someone
+        # reverted it, as a GitOps self-heal does.
+        reverted = now == pending.previous and pending.generation is not None
+        if now == pending.previous and not reverted:
             if pending.purpose is PendingPurpose.ROLLBACK:
                 return self._owe_rollback(workload, pending)
-            self._set(pending=None)  # recorded, never landed (a crash or a lost refusal)
+            self._set(pending=None)
             return None
         self._set(pending=None)
+        writers = self._writers(workload, now)
         if pending.purpose is PendingPurpose.ROLLBACK:
+            what = (
+                f"{self.key} was reverted by {writers} after our rollback landed"
+                if reverted
+                else f"the images of {self.key} were changed by {writers} during our rollback"
+            )
             self._event(
                 "Normal",
                 reasons.ROLLBACK_SUPERSEDED,
-                f"the images of {self.key} were changed by {self._writers(workload, now)} "
-                "during our rollback; it is dropped and the target is judged afresh",
+                f"{what}; it is dropped and the target is judged afresh",
             )
             return None
         self.outcome.judged = Judged(pending, Result.FAILED)
-        attempts = self._count_attempt(contested=True)
+        attempts = self._count_contest(workload, pending.images)
+        what = (
+            f"reverted {self.key} to the images our refresh replaced, after it landed"
+            if reverted
+            else f"changed the images of {self.key} during our refresh"
+        )
         self._event(
             "Warning",
             reasons.CONTESTED,
-            f"{self._writers(workload, now)} changed the images of {self.key} during our "
-            f"refresh: contested attempt {attempts} of {self.ctx.spec.max_refresh_attempts}. "
-            "Two writers on one image end Locked: stop the other writer (a CronJob, GitOps "
-            "self-heal, another policy) or remove the target from this policy",
+            f"{writers} {what}: contested attempt {attempts} of "
+            f"{self.ctx.spec.max_refresh_attempts}. Two writers on one image end Locked: stop the "
+            "other writer (a CronJob, GitOps self-heal, another policy) or remove the target "
+            "from this policy",
         )
         return None
 
@@ -374,8 +404,8 @@ class _Decision:
                 pending=None,
                 refresh_attempts=self.status.contested,  # a success never clears contests
                 last_refresh=self.ctx.now,
-                last_good={c.name: c.live for c in self.status.containers if c.live},
             )
+            self._record_good()
             changed = ", ".join(
                 f"{n} → {_short(i.rpartition('@')[2])}" for n, i in pending.images.items()
             )
@@ -586,6 +616,7 @@ class _Decision:
         if not drifted:
             if unresolved:
                 return self._finish(Phase.ERROR, f"registry unreadable, nothing patched{note}")
+            self._record_good()
             if self._locked:
                 return self._finish(Phase.LOCKED, self._locked_message("now current"))
             return self._finish(Phase.CURRENT, "running the desired digests")
@@ -643,7 +674,7 @@ class _Decision:
         contest = ""
         if moved:
             writers = self._writers(workload, moved)
-            attempts = self._count_attempt(contested=True)
+            attempts = self._count_contest(workload, moved)
             # The status message names the other writer too: events expire, status does not.
             contest = (
                 f"; contested by {writers} (attempt {attempts} of "
@@ -706,13 +737,15 @@ class _Decision:
         return self._finish(Phase.WAITING, message)
 
     def _moved_since_our_write(self, workload: Workload, drifted: Mapping[str, str]) -> list[str]:
-        """Drifted containers whose live image is not what imagerefresh last wrote there."""
-        return [
-            name
-            for name in sorted(drifted)
-            if (ours := self.status.last_good.get(name)) is not None
-            and _normalised(workload.containers[name].image) != ours
-        ]
+        """Drifted containers whose live image is not what imagerefresh last wrote there, nor
+        a move already counted as a contest (re-pinning from it is the same fight)."""
+        moved = []
+        for name in sorted(drifted):
+            live = _normalised(workload.containers[name].image)
+            ours = self.status.last_good.get(name)
+            if ours is not None and live not in (ours, self.status.contested_images.get(name)):
+                moved.append(name)
+        return moved
 
     def _adopted_tags(self, workload: Workload) -> dict[str, str]:
         """Containers still on a tag whose pods already run the desired digest.
