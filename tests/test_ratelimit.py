@@ -314,3 +314,48 @@ def test_a_shorter_second_429_never_cuts_the_first_pause_short() -> None:
     assert ledger.pause("r", retry_after=10, now=110) == 160
     assert not ledger.can_afford("r", "alice", 0, 0, now=150).allowed
     assert ledger.can_afford("r", "alice", 0, 0, now=160).allowed
+
+
+# --- reservations: pulls a planned refresh will make, never spent twice ------------------------
+
+
+def _limited(remaining: int = 5) -> RateLimitLedger:
+    ledger = RateLimitLedger()
+    ledger.budget(HUB, "account-1").record_report(_report(100, remaining, 21600), now=1000)
+    return ledger
+
+
+def test_a_reservation_lowers_what_every_later_snapshot_of_that_account_sees() -> None:
+    ledger = _limited(5)
+    ledger.reserve(HUB, "account-1", 3, now=1001, settles_in=600)
+    assert ledger.snapshot(HUB, "account-1", 1002).remaining == 2
+    assert not ledger.can_afford(HUB, "account-1", 1, 2, now=1002).allowed
+    assert ledger.snapshot(HUB, "account-2", 1002).remaining is None  # another account
+
+
+def test_a_report_before_the_pulls_settle_keeps_the_reservation() -> None:
+    ledger = _limited(5)
+    ledger.reserve(HUB, "account-1", 3, now=1001, settles_in=600)
+    # The registry has not seen the kubelet's pulls yet: still 5, and still 3 of them reserved.
+    ledger.budget(HUB, "account-1").record_report(_report(100, 5, 21600), now=1100)
+    assert ledger.snapshot(HUB, "account-1", 1101).remaining == 2
+
+
+def test_a_report_observed_after_the_pulls_settled_counts_them_and_ends_the_reservation() -> None:
+    ledger = _limited(5)
+    ledger.reserve(HUB, "account-1", 3, now=1001, settles_in=600)
+    ledger.budget(HUB, "account-1").record_report(_report(100, 2, 21600), now=1601)
+    assert ledger.snapshot(HUB, "account-1", 1602).remaining == 2
+
+
+def test_a_released_reservation_frees_its_pulls() -> None:
+    ledger = _limited(5)
+    held = ledger.reserve(HUB, "account-1", 3, now=1001, settles_in=600)
+    ledger.release(held)
+    assert ledger.snapshot(HUB, "account-1", 1002).remaining == 5
+
+
+def test_a_reservation_ends_with_its_counting_window() -> None:
+    ledger = _limited(5)
+    ledger.reserve(HUB, "account-1", 3, now=1001, settles_in=600)
+    assert ledger.snapshot(HUB, "account-1", 1000 + 21600).remaining == 100

@@ -116,7 +116,9 @@ async def test_concurrency_per_registry_is_bounded(
 ) -> None:
     for index in range(8):
         pusher.push(f"bound/r{index}", "prod", seed=str(index))
-    async with RegistryClient(insecure_registries=[hub_front.host]) as client:
+    async with RegistryClient(
+        insecure_registries=[hub_front.host], concurrency_per_registry=2
+    ) as client:
         # Warm the token cache so the bound is measured on manifest requests alone.
         await resolve_all(
             client, [ResolutionKey.of(parse(f"{hub_front.host}/bound/r{i}:prod")) for i in range(8)]
@@ -126,7 +128,6 @@ async def test_concurrency_per_registry_is_bounded(
         await resolve_all(
             client,
             [ResolutionKey.of(parse(f"{hub_front.host}/bound/r{i}:prod")) for i in range(8)],
-            concurrency_per_registry=2,
         )
     assert hub_front.max_in_flight == 2
 

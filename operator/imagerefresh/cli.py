@@ -216,13 +216,10 @@ def _runtime_parts(
         ledger=ledger,
         timeout=config.registry_timeout,
         deadline=config.registry_deadline,
+        concurrency_per_registry=config.concurrency_per_registry,
         observer=metrics.registry_request,
     )
-    resolver = SharedResolver(
-        client,
-        window=config.resolution_window,
-        concurrency_per_registry=config.concurrency_per_registry,
-    )
+    resolver = SharedResolver(client, window=config.resolution_window)
     api = KubeApi.from_environment(kubeconfig, connections=config.kube_concurrency)
     events = EventRecorder(api, on_dropped=metrics.events_dropped.inc)
     return PolicyTicker(

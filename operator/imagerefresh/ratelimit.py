@@ -16,6 +16,15 @@ the budget says so explicitly and refreshes proceed. Headers that are present bu
 logged and counted, never guessed into a number — the budget then reports "unknown" and the
 answer is no, because an unreadable budget is not an empty one.
 
+The pulls a refresh makes happen later, when the kubelet pulls the new digest. So that two
+policies ticking at the same instant never both spend the same pulls, a planned refresh
+*reserves* them (:meth:`RateLimitLedger.reserve`) before the next tick reads the budget: a
+reservation counts against every snapshot until a report is observed that must include its
+pulls — one observed after the reservation's settle time (the rollout's progress deadline) —
+or until its counting window ends. A report in between may already count some of them: the
+estimate is then low for a while, never high. A refresh whose patch did not land releases
+its reservation at once.
+
 Everything takes ``now`` (seconds, monotonic or wall — the caller's choice, used consistently)
 so the accounting is pure and testable.
 """
@@ -37,6 +46,7 @@ __all__ = [
     "RateLimitLedger",
     "RateLimitReport",
     "RequestKind",
+    "Reservation",
     "parse_ratelimit_headers",
 ]
 
@@ -129,6 +139,17 @@ class Affordability:
     remaining: int | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """Pulls a planned refresh will make: counted until a report must include them."""
+
+    registry: str
+    identity: str
+    pulls: int
+    made_at: float
+    settled_by: float  # by then the kubelet has made them: a report after it counts them
+
+
 @dataclass(slots=True)
 class PullBudget:
     """The pull budget of one identity at one registry, as last reported plus our own spend."""
@@ -141,6 +162,7 @@ class PullBudget:
     window_started_at: float | None = None
     requests: Counter[RequestKind] = field(default_factory=Counter)
     pulls_since_report: int = 0
+    reservations: list[Reservation] = field(default_factory=list)
 
     @property
     def window_seconds(self) -> int:
@@ -164,17 +186,37 @@ class PullBudget:
         self.report = report
         self.observed_at = now
         self.pulls_since_report = 0
+        # A report observed once a reservation's pulls must have been made counts them.
+        self.reservations = [r for r in self.reservations if r.settled_by > now]
+
+    def reserve(self, reservation: Reservation) -> None:
+        # Those of a window that has ended count no more (and are never kept for ever).
+        start = reservation.made_at - self.window_seconds
+        self.reservations = [r for r in self.reservations if r.made_at > start]
+        self.reservations.append(reservation)
+
+    def release(self, reservation: Reservation) -> None:
+        """The refresh never happened (its patch did not land): its pulls are free again."""
+        if reservation in self.reservations:
+            self.reservations.remove(reservation)
+
+    def reserved(self, since: float | None = None) -> int:
+        """Pulls planned refreshes (those from ``since`` on) will make, no report counted yet."""
+        return sum(r.pulls for r in self.reservations if since is None or r.made_at >= since)
 
     def estimated_remaining(self, now: float) -> int | None:
-        """Pulls left: the last reported figure less our own GETs since; None when unknown."""
+        """Pulls left: the last reported figure less our own GETs since and the pulls reserved
+        by refreshes not yet counted; None when unknown."""
         report = self.report
         if report is None or report.remaining is None:
             return None
         assert self.observed_at is not None
         if report.window_seconds and now - self.observed_at >= report.window_seconds:
-            # A whole window has passed since the report: the budget has rolled over.
-            return report.limit if report.limit is not None else report.remaining
-        return report.remaining - self.pulls_since_report
+            # A whole window has passed since the report: the budget has rolled over, and only
+            # what was reserved in the new window counts against it.
+            full = report.limit if report.limit is not None else report.remaining
+            return full - self.reserved(since=self.observed_at + report.window_seconds)
+        return report.remaining - self.pulls_since_report - self.reserved()
 
     def snapshot(self, now: float, blocked: str | None = None) -> BudgetSnapshot:
         return BudgetSnapshot(
@@ -253,6 +295,18 @@ class RateLimitLedger:
         """Seconds until ``registry`` may be asked again (0 when it is not paused)."""
         until = self.paused_until.get(registry)
         return 0.0 if until is None else max(0.0, until - now)
+
+    def reserve(
+        self, registry: str, identity: str, pulls: int, now: float, settles_in: float
+    ) -> Reservation:
+        """Count ``pulls`` a planned refresh will make, from ``now`` until a report observed
+        ``settles_in`` seconds later (or the end of the window) must count them."""
+        reservation = Reservation(registry, identity, pulls, now, now + settles_in)
+        self.budget(registry, identity).reserve(reservation)
+        return reservation
+
+    def release(self, reservation: Reservation) -> None:
+        self.budget(reservation.registry, reservation.identity).release(reservation)
 
     def can_afford(
         self, registry: str, identity: str, pulls: int, reserve: int, now: float

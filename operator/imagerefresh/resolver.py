@@ -1,10 +1,11 @@
 """Resolve many tracked references at once: one registry request per unique reference.
 
 Every container in every policy that tracks the same reference with the same credentials shares
-one resolution per tick (SPEC §4.2). :class:`SharedResolver` collapses duplicates, asks the
-registries concurrently — bounded per registry host so that many targets never burst one
-registry — and remembers each answer for a short window, so that all policies ticking within
-that window share it (and an in-flight request is joined, never repeated). The platform
+one resolution per tick. :class:`SharedResolver` collapses duplicates, asks the registries
+concurrently (the client bounds how many at once per registry host, the wait for a turn inside
+each resolution's deadline) and remembers each answer for a short window, so that all
+policies ticking within that window share it (and an in-flight request is joined, never
+repeated). The platform
 manifests of an index (asked for only when pods report a digest other than the one resolved,
 as runtimes built on containers/image do) are read once per index digest and remembered for
 good: an index digest's content never changes, so steady state sends no GET. Failures are values
@@ -36,7 +37,6 @@ from imagerefresh.reference import ImageReference, registry_host
 from imagerefresh.registry import RegistryClient, RegistryError, RegistryInternalError, Resolution
 
 __all__ = [
-    "DEFAULT_CONCURRENCY_PER_REGISTRY",
     "MAX_REMEMBERED_INDEXES",
     "ChildrenOutcome",
     "ResolutionKey",
@@ -47,7 +47,6 @@ __all__ = [
 
 log = structlog.get_logger(__name__)
 
-DEFAULT_CONCURRENCY_PER_REGISTRY = 4
 # How long a last answer is kept for follow-up ticks: past any interval, so a reference of a
 # deleted policy is forgotten eventually rather than kept for the operator's life.
 REMEMBERED_FOR = 86_400.0
@@ -72,21 +71,18 @@ class ResolutionKey:
 
 
 class SharedResolver:
-    """Resolutions shared across callers for ``window`` seconds, with bounded concurrency."""
+    """Resolutions shared across callers for ``window`` seconds."""
 
     def __init__(
         self,
         client: RegistryClient,
         *,
         window: float = 0.0,
-        concurrency_per_registry: int = DEFAULT_CONCURRENCY_PER_REGISTRY,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.client = client
         self.window = window
-        self.concurrency_per_registry = concurrency_per_registry
         self.clock = clock
-        self._gates: dict[str, asyncio.Semaphore] = {}
         self._recent: dict[ResolutionKey, tuple[float, asyncio.Task[ResolutionOutcome]]] = {}
         self._last: dict[ResolutionKey, tuple[float, ResolutionOutcome]] = {}
         # (repository, index digest) → its platform manifests, in the order first asked.
@@ -98,24 +94,21 @@ class SharedResolver:
         return outcome
 
     async def _guarded(self, key: ResolutionKey, request: Awaitable[T]) -> T | RegistryError:
-        """``request`` to ``key``'s registry within its concurrency gate; failures as values."""
-        host = registry_host(key.reference.domain)
-        gate = self._gates.setdefault(host, asyncio.Semaphore(self.concurrency_per_registry))
-        async with gate:
-            try:
-                return await request
-            except RegistryError as error:
-                return error
-            except Exception as error:  # the last line: one reference, one outcome
-                reference = str(key.reference)
-                log.exception("resolving a reference failed unexpectedly", reference=reference)
-                return RegistryInternalError(
-                    f"resolving {reference} failed unexpectedly ({type(error).__name__}); this "
-                    "is a bug in imagerefresh — report it with the operator's log. Nothing is "
-                    "pinned on it; other references are unaffected",
-                    registry=host,
-                    reference=reference,
-                )
+        """``request`` to ``key``'s registry; failures as values."""
+        try:
+            return await request
+        except RegistryError as error:
+            return error
+        except Exception as error:  # the last line: one reference, one outcome
+            reference = str(key.reference)
+            log.exception("resolving a reference failed unexpectedly", reference=reference)
+            return RegistryInternalError(
+                f"resolving {reference} failed unexpectedly ({type(error).__name__}); this "
+                "is a bug in imagerefresh — report it with the operator's log. Nothing is "
+                "pinned on it; other references are unaffected",
+                registry=registry_host(key.reference.domain),
+                reference=reference,
+            )
 
     async def children(self, key: ResolutionKey, digest: str) -> ChildrenOutcome:
         """The platform manifests of the index ``digest`` that ``key`` resolved to, or the
@@ -185,11 +178,7 @@ class SharedResolver:
 
 
 async def resolve_all(
-    client: RegistryClient,
-    keys: Iterable[ResolutionKey],
-    *,
-    concurrency_per_registry: int = DEFAULT_CONCURRENCY_PER_REGISTRY,
+    client: RegistryClient, keys: Iterable[ResolutionKey]
 ) -> dict[ResolutionKey, ResolutionOutcome]:
     """One-shot: resolve each unique key once, nothing remembered afterwards."""
-    shared = SharedResolver(client, concurrency_per_registry=concurrency_per_registry)
-    return await shared.resolve(keys)
+    return await SharedResolver(client).resolve(keys)

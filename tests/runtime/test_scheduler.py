@@ -68,14 +68,33 @@ class Ticker:
     # Cleared: every tick waits for it (a tick that takes a while).
     ticking: asyncio.Event = field(default_factory=asyncio.Event)
 
+    # Cleared: every interval tick waits for it while it says it is waiting on registries.
+    registry: asyncio.Event = field(default_factory=asyncio.Event)
+    forgotten: list[tuple[str, str]] = field(default_factory=list)
+
     def __post_init__(self) -> None:
         self.ticking.set()
+        self.registry.set()
+
+    def forget(self, namespace: str, name: str) -> None:
+        self.forgotten.append((namespace, name))
 
     async def tick(
-        self, namespace: str, name: str, *, follow_up: bool = False, asked_at: float | None = None
+        self,
+        namespace: str,
+        name: str,
+        *,
+        follow_up: bool = False,
+        asked_at: float | None = None,
+        resolving: Callable[[bool], None] | None = None,
     ) -> Any:
         self.calls.append(follow_up)
         self.asked.append(asked_at)
+        assert (resolving is None) == follow_up  # only interval and prompt ticks may step aside
+        if resolving is not None and not self.registry.is_set():
+            resolving(True)
+            await self.registry.wait()
+            resolving(False)
         await self.ticking.wait()
         result = self.next.pop(0) if self.next else None
         if isinstance(result, Exception):
@@ -326,3 +345,49 @@ async def test_a_tick_someone_asked_for_says_when_and_the_grid_and_follow_ups_do
     await until(lambda: len(ticker.calls) == 4)
     assert ticker.calls == [False, False, True, False]
     assert ticker.asked == [None, start, None, None]
+
+
+async def test_a_rollout_is_judged_while_its_policy_s_tick_waits_on_a_registry(
+    running: tuple[Scheduler, Ticker, Clock],
+) -> None:
+    """A verdict never waits on a registry: while the interval tick of a policy waits for its
+    answers, a follow-up of the same policy judges the rollout that moved."""
+    scheduler, ticker, clock = running
+    start = clock.now
+    ticker.next = [flying(deadline=start + 600)]
+    scheduler.observe("uid", "ns", "p", INTERVAL, 1)
+    await at(scheduler, clock, start)
+    await until(lambda: ticker.calls == [False])
+    ticker.registry.clear()  # the registry of the next tick never answers
+    ticker.next = [None, None]
+    scheduler.observe("uid", "ns", "p", INTERVAL, 2)  # a prompt tick, waiting on it
+    await at(scheduler, clock, start + 1)
+    await until(lambda: ticker.calls == [False, False])
+    ticker.api.version = "2"  # meanwhile the rollout moved
+    await at(scheduler, clock, start + 3)
+    await until(lambda: ticker.calls == [False, False, True])
+    assert not ticker.registry.is_set()  # judged beside the tick that still waits
+    ticker.registry.set()
+    await until(lambda: not scheduler._ticking() and scheduler._policies["uid"].running is None)
+
+
+async def test_no_follow_up_runs_beside_a_tick_that_is_not_waiting_on_a_registry(
+    running: tuple[Scheduler, Ticker, Clock],
+) -> None:
+    scheduler, ticker, clock = running
+    start = clock.now
+    ticker.next = [flying(deadline=start + 600)]
+    scheduler.observe("uid", "ns", "p", INTERVAL, 1)
+    await at(scheduler, clock, start)
+    await until(lambda: ticker.calls == [False])
+    ticker.ticking.clear()  # the next tick takes a while, deciding (not waiting on a registry)
+    ticker.next = [None, None]
+    scheduler.observe("uid", "ns", "p", INTERVAL, 2)
+    await at(scheduler, clock, start + 1)
+    await until(lambda: ticker.calls == [False, False])
+    ticker.api.version = "2"
+    for step in range(2, 12):
+        await at(scheduler, clock, start + step)
+    assert ticker.calls == [False, False]  # one tick of a policy decides at a time
+    ticker.ticking.set()
+    await until(lambda: scheduler._policies["uid"].running is None)

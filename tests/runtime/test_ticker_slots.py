@@ -1,16 +1,38 @@
-"""Policies that tick at the same instant run a bounded number at a time."""
+"""Policies that tick at the same instant read and decide a bounded number at a time, and a
+tick waiting on a registry holds no slot at all."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
 
+import pytest
+
 from imagerefresh.metrics import Metrics
+from imagerefresh.runtime import ticker as ticker_module
 from imagerefresh.runtime.config import OperatorConfig
 from imagerefresh.runtime.ticker import PolicyTicker, TickOutcome
 
 
-async def test_no_more_ticks_run_at_once_than_the_configured_slots() -> None:
+class Counted:
+    """How many ticks are inside one step at once, and the most there were."""
+
+    def __init__(self) -> None:
+        self.now = 0
+        self.most = 0
+
+    async def inside(self, seconds: float) -> None:
+        self.now += 1
+        self.most = max(self.most, self.now)
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            self.now -= 1
+
+
+async def test_reads_and_decisions_take_slots_and_waiting_on_a_registry_takes_none(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     anything: Any = object()
     ticker = PolicyTicker(
         api=anything,
@@ -19,18 +41,33 @@ async def test_no_more_ticks_run_at_once_than_the_configured_slots() -> None:
         config=OperatorConfig(tick_concurrency=3),
         metrics=Metrics(),
     )
-    running, most = 0, 0
+    reading, resolving, deciding = Counted(), Counted(), Counted()
+    waiting = asyncio.Event()
 
-    async def one_tick(
-        namespace: str, name: str, follow_up: bool, asked_at: float | None = None
-    ) -> TickOutcome | None:
-        nonlocal running, most
-        running += 1
-        most = max(most, running)
+    async def read(*_: Any) -> tuple[dict[str, Any], Any]:
+        await reading.inside(0.01)
+        return {}, None
+
+    async def resolve(*_: Any, **__: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        resolving.now += 1
+        resolving.most = max(resolving.most, resolving.now)
+        await waiting.wait()  # a registry that answers only once every tick is asking it
+        resolving.now -= 1
+        return {}, {}
+
+    async def decide(*_: Any) -> TickOutcome:
+        await deciding.inside(0.01)
+        return anything
+
+    monkeypatch.setattr(ticker, "_read", read)
+    monkeypatch.setattr(ticker, "_decide", decide)
+    monkeypatch.setattr(ticker_module, "resolve_digests", resolve)
+    ticks = asyncio.gather(*(ticker.tick("ns", f"p{i}") for i in range(20)))
+    for _ in range(500):
+        if resolving.now == 20:
+            break
         await asyncio.sleep(0.01)
-        running -= 1
-        return None
-
-    ticker._tick = one_tick  # type: ignore[method-assign]
-    await asyncio.gather(*(ticker.tick("ns", f"p{i}") for i in range(20)))
-    assert most == 3
+    assert resolving.now == 20  # every tick waits on the registry at once: no slot held
+    waiting.set()
+    await ticks
+    assert (reading.most, deciding.most) == (3, 3)

@@ -8,6 +8,7 @@ deadline passes.
 
 from imagerefresh.reference import registry_host
 from imagerefresh.registry.client import (
+    DEFAULT_CONCURRENCY_PER_REGISTRY,
     DEFAULT_DEADLINE,
     MANIFEST_MEDIA_TYPES,
     RegistryClient,
@@ -28,6 +29,7 @@ from imagerefresh.registry.errors import (
 )
 
 __all__ = [
+    "DEFAULT_CONCURRENCY_PER_REGISTRY",
     "DEFAULT_DEADLINE",
     "MANIFEST_MEDIA_TYPES",
     "ManifestNotFound",

@@ -70,6 +70,7 @@ from imagerefresh.registry.errors import (
 )
 
 __all__ = [
+    "DEFAULT_CONCURRENCY_PER_REGISTRY",
     "DEFAULT_DEADLINE",
     "INDEX_MEDIA_TYPES",
     "MANIFEST_MEDIA_TYPES",
@@ -105,6 +106,7 @@ MAX_TOKEN_BYTES = 64 * 1024
 # A whole resolution (token request, HEAD, GET fallback, retries and their backoff) ends by
 # then, however slowly the registry answers: a stalled registry never holds a tick for long.
 DEFAULT_DEADLINE = 20.0
+DEFAULT_CONCURRENCY_PER_REGISTRY = 4
 # Redirects followed per request (manifests and tokens are rarely redirected at all).
 MAX_REDIRECTS = 3
 _REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
@@ -291,6 +293,7 @@ class RegistryClient:
         ledger: RateLimitLedger | None = None,
         timeout: float = 10.0,
         deadline: float = DEFAULT_DEADLINE,
+        concurrency_per_registry: int = DEFAULT_CONCURRENCY_PER_REGISTRY,
         retries: int = 2,
         backoff: float = 0.5,
         clock: Callable[[], float] = time.time,
@@ -302,6 +305,10 @@ class RegistryClient:
         self.insecure_registries = frozenset(host.lower() for host in insecure_registries)
         self.ledger = ledger if ledger is not None else RateLimitLedger()
         self.deadline = deadline
+        self.concurrency_per_registry = concurrency_per_registry
+        # Per registry host, at most this many resolutions at once, so many targets never
+        # burst one registry; waiting for a turn counts against the resolution's deadline.
+        self._gates: dict[str, asyncio.Semaphore] = {}
         self.retries = retries
         self.backoff = backoff
         self.clock = clock
@@ -372,12 +379,17 @@ class RegistryClient:
     async def _bounded(
         self, work: Coroutine[object, object, T], host: str, tracked: ImageReference, what: str
     ) -> T:
-        """``work`` within the deadline; its errors name the reference they were about."""
+        """``work`` in its turn at ``host`` and within the deadline — the wait for a turn
+        included, so that a registry that never answers holds each caller for the deadline at
+        most, however many queue for it; its errors name the reference they were about."""
+        gate = self._gates.setdefault(host, asyncio.Semaphore(self.concurrency_per_registry))
         try:
             try:
                 async with asyncio.timeout(self.deadline):
-                    return await work
+                    async with gate:
+                        return await work
             except TimeoutError:
+                work.close()  # never started when the deadline passed in the queue
                 expired = translate(_DeadlineExpired(self.deadline), registry=host, what=what)
                 assert expired is not None
                 raise expired from None

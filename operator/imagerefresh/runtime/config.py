@@ -43,5 +43,9 @@ class OperatorConfig:
     # Kubernetes requests run on this many threads (the official client is sync), each with its
     # own connection; one tick's reads use at most this many at once.
     kube_concurrency: int = 16
-    # Policy ticks running at once (the others wait for a slot).
+    # Policy ticks running at once (the others wait for a slot). A tick waiting on a registry
+    # holds no slot: only its reads and its decision do.
     tick_concurrency: int = 8
+    # For tests only: planning spins the CPU this many seconds more, so that a test can prove
+    # the event loop (the Lease, /healthz) goes on while a large policy is planned.
+    planning_delay: float = 0.0

@@ -38,7 +38,13 @@ from imagerefresh.planner import (
 from imagerefresh.planner.windows import WINDOW_OVERRIDE_ANNOTATION
 from imagerefresh.ratelimit import BudgetSnapshot, RateLimitLedger
 from imagerefresh.reference import InvalidReference, parse, registry_host
-from imagerefresh.resolver import ChildrenOutcome, ResolutionKey, SharedResolver
+from imagerefresh.registry import RegistryUnavailable
+from imagerefresh.resolver import (
+    ChildrenOutcome,
+    ResolutionKey,
+    ResolutionOutcome,
+    SharedResolver,
+)
 from imagerefresh.runtime.config import OperatorConfig
 
 __all__ = [
@@ -46,8 +52,13 @@ __all__ = [
     "WINDOW_OVERRIDE_ANNOTATION",
     "Gathered",
     "PolicyUnreadable",
+    "TargetReads",
+    "assemble",
+    "budgets",
     "gather",
     "policy_view",
+    "read_targets",
+    "resolve_digests",
 ]
 
 log = structlog.get_logger(__name__)
@@ -76,10 +87,12 @@ class _Read:
 @dataclass(frozen=True)
 class Gathered:
     """The planner's input plus what the shell needs afterwards of each workload (for events:
-    its apiVersion, kind and metadata name, namespace, uid and resourceVersion)."""
+    its apiVersion, kind and metadata name, namespace, uid and resourceVersion), and the
+    ledger's account behind each (registry host, identity) the tick may spend."""
 
     tick: TickInput
     workloads: Mapping[TargetKey, Mapping[str, Any]]
+    accounts: Mapping[tuple[str, str], str] = field(default_factory=dict)
 
 
 class PolicyUnreadable(ValueError):
@@ -287,47 +300,48 @@ def _reports_other(read: _Read, name: str, digest: str) -> bool:
     return any(pod.running.get(name) not in (None, digest) for pod in read.pods)
 
 
-async def gather(
+@dataclass
+class TargetReads:
+    """A tick's API reads, done: what the registry is to be asked, and with which account."""
+
+    view: PolicyView
+    claims: Mapping[tuple[TargetKey, str], str]
+    reads: dict[TargetKey, _Read] = field(default_factory=dict)
+    # (target, container) → what resolves its tracked tag (unpinned, running the tracked repo)
+    wanted: dict[tuple[TargetKey, str], ResolutionKey] = field(default_factory=dict)
+    identities: dict[TargetKey, dict[str, str]] = field(default_factory=dict)
+    accounts: dict[tuple[str, str], str] = field(default_factory=dict)  # (host, name) → account
+
+
+async def read_targets(
     policy: Mapping[str, Any],
     *,
     api: KubeApi,
-    resolver: SharedResolver,
-    ledger: RateLimitLedger,
     config: OperatorConfig,
-    now: datetime,
     claimed_elsewhere: Mapping[tuple[TargetKey, str], str] | None = None,
     follow_up: bool = False,
     shared_reads: ReadCache | None = None,
     asked_at: float | None = None,
-) -> Gathered:
-    """Everything one tick of ``policy`` decides on (``claimed_elsewhere``: other policies'
-    containers, see :mod:`.claims`; ``shared_reads``: ServiceAccounts and pull secrets read
-    by the policies ticking together, see :class:`ReadCache`).
-
-    ``follow_up``: a tick between interval ticks that judges only the rollouts in flight —
-    only their workloads are read, and the registry is asked nothing already answered.
-    ``asked_at`` (epoch seconds): a tick someone asked for then — no registry answer whose
-    request started before it is taken, and ServiceAccounts and pull secrets are read anew.
-    """
+) -> TargetReads:
+    """The API half of a tick's evidence: the policy's view, its workloads, pods and pull
+    secrets, and what each container's tag is to be resolved with (see :func:`gather`)."""
     view = policy_view(policy, follow_up=follow_up)
     spec = view.spec
-    claims = claimed_elsewhere or {}
+    found = TargetReads(view, claimed_elsewhere or {})
     if spec.suspend:
-        return Gathered(TickInput(view, {}, {}, now, config.namespaces, claims), {})
+        return found
     keys = [view.target_key(index) for index in range(len(spec.targets))]
     reachable = [k for k in keys if config.namespaces.allows(view.namespace, k.namespace)]
     if follow_up:
         flying = in_flight(spec, view.status, view.namespace).workloads
         reachable = [k for k in reachable if k in flying]
-    reads = await _read_all(
+    found.reads = await _read_all(
         api, reachable, config.kube_concurrency, None if asked_at is not None else shared_reads
     )
-
-    wanted: dict[tuple[TargetKey, str], ResolutionKey] = {}
     chosen: dict[tuple[TargetKey, str], Credentials | None] = {}
     for index, target in enumerate(spec.targets):
         key = keys[index]
-        read = reads.get(key)
+        read = found.reads.get(key)
         if read is None or read.workload is None:
             continue
         for container in target.containers:
@@ -335,12 +349,43 @@ async def gather(
             credentials = credentials_for(domain, read.secrets)
             chosen[(key, registry_host(domain))] = credentials
             if container.digest is None and _runs_tracked(read.parsed, container):
-                wanted[(key, container.name)] = ResolutionKey.of(container.tracked, credentials)
-    identities, accounts = _identities(chosen)
-    # The resolver keeps its own clock: the instant asked for, as that clock read it then.
-    since = resolver.clock() - max(0.0, time.time() - asked_at) if asked_at is not None else None
-    outcomes = await resolver.resolve(wanted.values(), remembered=follow_up, since=since)
+                found.wanted[(key, container.name)] = ResolutionKey.of(
+                    container.tracked, credentials
+                )
+    found.identities, found.accounts = _identities(chosen)
+    return found
 
+
+Outcomes = Mapping[ResolutionKey, ResolutionOutcome]
+Digests = dict[TargetKey, dict[str, DigestOutcome]]
+
+
+async def resolve_digests(
+    found: TargetReads,
+    resolver: SharedResolver,
+    *,
+    follow_up: bool = False,
+    asked_at: float | None = None,
+    known: Outcomes | None = None,
+) -> tuple[Digests, Outcomes]:
+    """The registry half: each wanted tag's digest (and, where pods report another, the index's
+    platform manifests), as :class:`Resolved` or :class:`Unresolved`; and the raw outcomes.
+
+    ``known``: answers this tick already has; a key not among them is not asked (it is
+    unresolved this tick) — for a tick that read its workloads again after waiting on a
+    registry, which must not wait again.
+    """
+    wanted = found.wanted
+    if known is not None:
+        outcomes: Outcomes = {
+            k: known.get(k) or _not_asked(k) for k in dict.fromkeys(wanted.values())
+        }
+    else:
+        # The resolver keeps its own clock: the instant asked for, as that clock read it then.
+        since = (
+            resolver.clock() - max(0.0, time.time() - asked_at) if asked_at is not None else None
+        )
+        outcomes = await resolver.resolve(wanted.values(), remembered=follow_up, since=since)
     # Where pods report another digest than the tag resolved to, it may be one of the index's
     # platform manifests (containers/image runtimes report those): read the index's children.
     # A tag the registry answered with a single-platform manifest has none: no request.
@@ -350,14 +395,14 @@ async def gather(
         if (
             not isinstance(outcome, Exception)
             and outcome.may_be_index
-            and _reports_other(reads[key], name, outcome.digest)
+            and _reports_other(found.reads[key], name, outcome.digest)
         ):
             indexes[(key, name)] = (resolution_key, outcome.digest)
     unique = list(dict.fromkeys(indexes.values()))
     read_children = await asyncio.gather(*(resolver.children(k, d) for k, d in unique))
     children = dict(zip(unique, read_children, strict=True))
 
-    digests: dict[TargetKey, dict[str, DigestOutcome]] = {}
+    digests: Digests = {}
     for (key, name), resolution_key in wanted.items():
         outcome = outcomes[resolution_key]
         if isinstance(outcome, Exception):
@@ -374,21 +419,91 @@ async def gather(
             if isinstance(platforms, Exception)
             else Resolved(outcome.digest, platforms)
         )
-    wall = time.time()
-    budgets: dict[tuple[str, str], BudgetSnapshot] = {
-        (host, name): ledger.snapshot(host, account, wall, label=name)
-        for (host, name), account in accounts.items()
-    }
+    return digests, outcomes
+
+
+def _not_asked(key: ResolutionKey) -> ResolutionOutcome:
+    return RegistryUnavailable(
+        f"not resolved this tick: the workload changed while its registry was asked, and "
+        f"{key.reference} was not among the answers; it is asked at the next tick",
+        registry=registry_host(key.reference.domain),
+        reference=str(key.reference),
+    )
+
+
+def assemble(
+    found: TargetReads,
+    digests: Digests,
+    now: datetime,
+    config: OperatorConfig,
+    budgets: Mapping[tuple[str, str], BudgetSnapshot] | None = None,
+    *,
+    follow_up: bool = False,
+) -> Gathered:
+    """The planner's input from a tick's reads and digests (``budgets``: see :func:`budgets`)."""
+    view = found.view
     evidence = {
-        key: _evidence(read, digests.get(key, {}), identities.get(key, {}))
-        for key, read in reads.items()
+        key: _evidence(read, digests.get(key, {}), found.identities.get(key, {}))
+        for key, read in found.reads.items()
     }
-    workloads = {key: read.workload for key, read in reads.items() if read.workload is not None}
+    workloads = {
+        key: read.workload for key, read in found.reads.items() if read.workload is not None
+    }
     log.debug(
         "gathered",
         policy=f"{view.namespace}/{view.name}",
         targets=len(evidence),
-        resolutions=len(set(wanted.values())),
+        resolutions=len(set(found.wanted.values())),
     )
-    tick = TickInput(view, evidence, budgets, now, config.namespaces, claims, follow_up)
-    return Gathered(tick, workloads)
+    tick = TickInput(view, evidence, budgets or {}, now, config.namespaces, found.claims, follow_up)
+    return Gathered(tick, workloads, found.accounts)
+
+
+def budgets(
+    ledger: RateLimitLedger, accounts: Mapping[tuple[str, str], str]
+) -> dict[tuple[str, str], BudgetSnapshot]:
+    """The budget of every account a tick may spend, as the ledger holds it now."""
+    wall = time.time()
+    return {
+        (host, name): ledger.snapshot(host, account, wall, label=name)
+        for (host, name), account in accounts.items()
+    }
+
+
+async def gather(
+    policy: Mapping[str, Any],
+    *,
+    api: KubeApi,
+    resolver: SharedResolver,
+    ledger: RateLimitLedger,
+    config: OperatorConfig,
+    now: datetime,
+    claimed_elsewhere: Mapping[tuple[TargetKey, str], str] | None = None,
+    follow_up: bool = False,
+    shared_reads: ReadCache | None = None,
+    asked_at: float | None = None,
+) -> Gathered:
+    """Everything one tick of ``policy`` decides on (``claimed_elsewhere``: other policies'
+    containers, see :mod:`.claims`; ``shared_reads``: ServiceAccounts and pull secrets read
+    by the policies ticking together, see :class:`ReadCache`), budgets as ``ledger`` has them.
+
+    ``follow_up``: a tick between interval ticks that judges only the rollouts in flight —
+    only their workloads are read, and the registry is asked nothing already answered.
+    ``asked_at`` (epoch seconds): a tick someone asked for then — no registry answer whose
+    request started before it is taken, and ServiceAccounts and pull secrets are read anew.
+    The operator's ticks run the same steps apart (:func:`read_targets`,
+    :func:`resolve_digests`, :func:`assemble`), so that waiting on a registry holds nothing else.
+    """
+    found = await read_targets(
+        policy,
+        api=api,
+        config=config,
+        claimed_elsewhere=claimed_elsewhere,
+        follow_up=follow_up,
+        shared_reads=shared_reads,
+        asked_at=asked_at,
+    )
+    digests, _ = await resolve_digests(found, resolver, follow_up=follow_up, asked_at=asked_at)
+    return assemble(
+        found, digests, now, config, budgets(ledger, found.accounts), follow_up=follow_up
+    )

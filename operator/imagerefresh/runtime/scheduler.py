@@ -21,6 +21,10 @@ raw-event handler, which persists nothing) and this scheduler decides when each 
   first, and a fleet's policies ticking together on the grid are not slowed by reads of the
   rollouts they have just started.
 
+While a tick waits on registries (a slow or hostile one may take the whole resolution
+deadline), a follow-up of the same policy may run beside it: a verdict or a rollback never
+waits on a registry. The ticker serialises what they decide.
+
 A tick that fails on the API server is retried after ``retry_delay`` seconds; the loop itself
 never dies of one policy's error. Ticks run as tasks bounded by the ticker's slots.
 """
@@ -64,12 +68,19 @@ class _Policy:
     versions: dict[TargetKey, str] = field(default_factory=dict)
     running: asyncio.Task[None] | None = None
     running_follow_up: bool = False  # whether the tick running is a follow-up
+    resolving: bool = False  # the tick running waits on registries: a follow-up may run aside
+    aside: asyncio.Task[None] | None = None  # that follow-up
     asked_at: float | None = None  # when the next tick was asked for (a new trigger)
     gone: bool = False
 
     @property
     def label(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def may_follow_aside(self) -> bool:
+        """Whether a follow-up may start beside the tick running (it waits on registries)."""
+        return self.running is not None and self.resolving and self.aside is None
 
     def next_tick(self) -> tuple[float, bool]:
         """When this policy ticks next, and whether that tick is a follow-up."""
@@ -126,6 +137,7 @@ class Scheduler:
         if policy is not None:
             policy.gone = True
             self.ticker.metrics.forget_policy(policy.namespace, policy.name)
+            self.ticker.forget(policy.namespace, policy.name)
 
     def wake(self) -> None:
         """Look at every policy's time again now (a clock that moved, a test)."""
@@ -140,9 +152,13 @@ class Scheduler:
             now = self.clock()
             for policy in list(self._policies.values()):
                 when, follow_up = policy.next_tick()
-                if policy.running is None and when <= now:
+                if when > now:
+                    continue
+                if policy.running is None:
                     policy.running_follow_up = follow_up
                     policy.running = asyncio.create_task(self._tick(policy, follow_up))
+                elif follow_up and policy.may_follow_aside:
+                    policy.aside = asyncio.create_task(self._tick(policy, True, aside=True))
             if self._poll_due(now) and (self._polling is None or self._polling.done()):
                 self._next_poll = now + self.follow_period
                 self._polling = asyncio.create_task(self._poll())
@@ -151,7 +167,12 @@ class Scheduler:
 
     async def stop(self) -> None:
         """Cancel the ticks in flight (kopf's cleanup)."""
-        running = [p.running for p in self._policies.values() if p.running is not None]
+        running = [
+            task
+            for p in self._policies.values()
+            for task in (p.running, p.aside)
+            if task is not None
+        ]
         if self._polling is not None:
             running.append(self._polling)
         for task in running:
@@ -159,9 +180,10 @@ class Scheduler:
         await asyncio.gather(*running, return_exceptions=True)
 
     def _ticking(self) -> bool:
-        """Whether an interval or prompt tick is running (a follow-up does not count)."""
+        """Whether an interval or prompt tick is running (a follow-up does not count, nor a
+        tick waiting on registries: it asks the API server nothing meanwhile)."""
         return any(
-            policy.running is not None and not policy.running_follow_up
+            policy.running is not None and not policy.running_follow_up and not policy.resolving
             for policy in self._policies.values()
         )
 
@@ -176,6 +198,10 @@ class Scheduler:
             policy.next_tick()[0] - now
             for policy in self._policies.values()
             if policy.running is None
+        ] + [
+            policy.follow_due - now
+            for policy in self._policies.values()
+            if policy.may_follow_aside and policy.follow_due is not None
         ]
         polling = self._polling is not None and not self._polling.done()
         if not polling and any(policy.in_flight.workloads for policy in self._policies.values()):
@@ -187,15 +213,24 @@ class Scheduler:
     def _grid_after(self, interval: float, now: float) -> float:
         return now + seconds_until_next_tick(interval, now, self.phase)
 
-    async def _tick(self, policy: _Policy, follow_up: bool) -> None:
+    async def _tick(self, policy: _Policy, follow_up: bool, *, aside: bool = False) -> None:
         started = self.clock()
         asked_at = None
         if not follow_up:
             policy.due = self._grid_after(policy.interval, started)
             asked_at, policy.asked_at = policy.asked_at, None
+
+        def resolving(waiting: bool) -> None:
+            policy.resolving = waiting
+            self._changed.set()  # a follow-up due may start beside it now
+
         try:
             outcome = await self.ticker.tick(
-                policy.namespace, policy.name, follow_up=follow_up, asked_at=asked_at
+                policy.namespace,
+                policy.name,
+                follow_up=follow_up,
+                asked_at=asked_at,
+                **({} if follow_up else {"resolving": resolving}),
             )
         except KubeError as error:
             log.warning(
@@ -211,7 +246,10 @@ class Scheduler:
             policy.due = min(policy.due, started + self.retry_delay)
             outcome = None
         finally:
-            policy.running = None
+            if aside:
+                policy.aside = None
+            else:
+                policy.running, policy.resolving = None, False
             self._changed.set()
         if policy.gone:  # deleted while it ticked: nothing it recorded may outlive it
             self.ticker.metrics.forget_policy(policy.namespace, policy.name)
@@ -244,7 +282,7 @@ class Scheduler:
         following = [
             policy
             for policy in self._policies.values()
-            if policy.in_flight.workloads and policy.running is None
+            if policy.in_flight.workloads and (policy.running is None or policy.may_follow_aside)
         ]
         keys = sorted({key for policy in following for key in policy.in_flight.workloads})
         gate = asyncio.Semaphore(self.poll_concurrency)

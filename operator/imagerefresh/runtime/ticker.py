@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -21,20 +22,32 @@ from imagerefresh.kube.api import KubeApi, ReadCache
 from imagerefresh.metrics import Metrics
 from imagerefresh.planner import (
     NOTHING_IN_FLIGHT,
+    ImagePatch,
     InFlight,
     PatchPurpose,
     Plan,
     TargetKey,
+    TickInput,
     in_flight,
     plan_tick,
 )
-from imagerefresh.ratelimit import RateLimitLedger
+from imagerefresh.ratelimit import RateLimitLedger, Reservation
 from imagerefresh.resolver import SharedResolver
 from imagerefresh.runtime.apply import Applied, apply_plan, mark_unreadable
 from imagerefresh.runtime.claims import ClaimIndex
 from imagerefresh.runtime.config import OperatorConfig
 from imagerefresh.runtime.events import EventRecorder
-from imagerefresh.runtime.gather import Gathered, PolicyUnreadable, gather
+from imagerefresh.runtime.gather import (
+    Digests,
+    Gathered,
+    PolicyUnreadable,
+    TargetReads,
+    assemble,
+    budgets,
+    gather,
+    read_targets,
+    resolve_digests,
+)
 
 __all__ = ["PolicyTicker", "TickOutcome"]
 
@@ -56,6 +69,15 @@ class TickOutcome:
     window_opens: datetime | None = None  # a refresh waits for the window opening then
 
 
+@dataclass
+class _PolicyTicks:
+    """One policy's ticks, serialised where they decide: a tick reads and decides holding
+    ``lock``, and waits on registries without it (see :meth:`PolicyTicker.tick`)."""
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    decided: int = 0  # decisions applied so far: a change says a tick's reads are stale
+
+
 class PolicyTicker:
     def __init__(
         self,
@@ -71,40 +93,41 @@ class PolicyTicker:
         self.api, self.resolver, self.ledger = api, resolver, ledger
         self.config, self.metrics, self.clock = config, metrics, clock
         self.events = events if events is not None else EventRecorder(api)
-        self.claims = ClaimIndex()  # fed by the watch on policies (handlers)
+        # Fed by the watch on policies (handlers); a declaration outside what its policy may
+        # reach claims nothing.
+        self.claims = ClaimIndex(config.namespaces)
         # Policies ticking together share their ServiceAccount and pull-secret reads, as they
         # share registry answers: within the resolution window, never older than it.
         self.shared_reads = ReadCache(lifetime=config.resolution_window)
         self._slots = asyncio.Semaphore(config.tick_concurrency)
+        self._policies: dict[tuple[str, str], _PolicyTicks] = {}
+        # Planning is pure and CPU-bound: it runs on a thread of its own, so the event loop —
+        # the Lease's renewals, /healthz, every other tick's I/O — never waits for it; and one
+        # plan at a time, spending the budget it read, so concurrent ticks never spend one pull
+        # twice (the lock is held from the budget's snapshot to the reservation of its pulls).
+        self._planner = ThreadPoolExecutor(1, thread_name_prefix="imagerefresh-plan")
+        self._budget = asyncio.Lock()
 
-    async def _gather(
-        self,
-        policy: dict[str, Any],
-        now: datetime,
-        *,
-        follow_up: bool = False,
-        asked_at: float | None = None,
-    ) -> Gathered:
-        metadata = policy["metadata"]
-        return await gather(
-            policy,
-            api=self.api,
-            resolver=self.resolver,
-            ledger=self.ledger,
-            config=self.config,
-            now=now,
-            claimed_elsewhere=self.claims.elsewhere(metadata["namespace"], metadata["name"]),
-            follow_up=follow_up,
-            shared_reads=self.shared_reads,
-            asked_at=asked_at,
-        )
+    def forget(self, namespace: str, name: str) -> None:
+        """The policy is gone: nothing of its ticks is kept."""
+        self._policies.pop((namespace, name), None)
 
     async def plan(self, namespace: str, name: str) -> tuple[Gathered, Plan] | None:
         """What the next tick would do, with no writes (None when the policy is gone)."""
         policy = await asyncio.to_thread(self.api.read_policy, namespace, name)
         if policy is None:
             return None
-        gathered = await self._gather(policy, self.clock())
+        metadata = policy["metadata"]
+        gathered = await gather(
+            policy,
+            api=self.api,
+            resolver=self.resolver,
+            ledger=self.ledger,
+            config=self.config,
+            now=self.clock(),
+            claimed_elsewhere=self.claims.elsewhere(metadata["namespace"], metadata["name"]),
+            shared_reads=self.shared_reads,
+        )
         return gathered, plan_tick(gathered.tick)
 
     async def tick(
@@ -114,53 +137,63 @@ class PolicyTicker:
         *,
         follow_up: bool = False,
         asked_at: float | None = None,
+        resolving: Callable[[bool], None] | None = None,
     ) -> TickOutcome | None:
-        """Run one tick of the policy, when a slot is free; None when it no longer exists.
+        """Run one tick of the policy; None when it no longer exists (or cannot be read).
 
         ``follow_up``: judge only the rollouts in flight, between interval ticks (see
         :mod:`imagerefresh.planner.follow`). ``asked_at``: when someone asked for this tick
         (a new trigger, epoch seconds): nothing read before then is taken for an answer (see
-        :func:`.gather`).
+        :func:`.gather`). ``resolving`` is told when the tick starts (True) and stops (False)
+        waiting on registries: meanwhile another tick of the policy may run (a follow-up).
 
-        Policies on one interval tick at the same instant (:mod:`.schedule`); the slots bound
-        how many run at once, and so how many ticks' API objects are held in memory at once
-        — never more work for the API server than it can take, never a heap sized for the
-        whole fleet.
+        The tick reads, then asks the registries, then decides and applies. Reading and
+        deciding take one of the ticker's slots — they bound how many ticks' API objects are
+        in memory and how much the API server is asked at once — and the policy's lock;
+        waiting on a registry takes neither, so a slow or hostile registry holds only the
+        ticks that need its answers, never the slots of other policies' ticks, verdicts and
+        rollbacks. If another tick of the policy decided while this one waited, what it read
+        is stale: it reads again and decides on the answers it already has.
         """
-        async with self._slots:
-            return await self._tick(namespace, name, follow_up, asked_at)
-
-    async def _tick(
-        self, namespace: str, name: str, follow_up: bool, asked_at: float | None = None
-    ) -> TickOutcome | None:
         started = time.monotonic()
         outcome = "error"
+        ticks = self._policies.setdefault((namespace, name), _PolicyTicks())
         try:
-            policy = await asyncio.to_thread(self.api.read_policy, namespace, name)
-            if policy is None:
+            async with ticks.lock, self._slots:
+                read = await self._read(namespace, name, follow_up, asked_at)
+                seen = ticks.decided
+            if read is None:
                 outcome = "gone"
                 return None
-            now = self.clock()
-            try:
-                gathered = await self._gather(policy, now, follow_up=follow_up, asked_at=asked_at)
-            except PolicyUnreadable as error:
-                outcome = "invalid" if error.part == "spec" else "unreadable_status"
-                await self._unreadable(policy, error, now)
+            if isinstance(read, PolicyUnreadable):
+                outcome = "invalid" if read.part == "spec" else "unreadable_status"
                 return None
-            plan = plan_tick(gathered.tick)
-            applied = await apply_plan(plan, policy, gathered, self.api, now, self.events)
-            self._record(namespace, name, gathered, applied)
+            policy, found = read
+            if resolving is not None:
+                resolving(True)
+            try:
+                digests, answers = await resolve_digests(
+                    found, self.resolver, follow_up=follow_up, asked_at=asked_at
+                )
+            finally:
+                if resolving is not None:
+                    resolving(False)
+            async with ticks.lock, self._slots:
+                if ticks.decided != seen:
+                    read = await self._read(namespace, name, follow_up, None)
+                    if read is None or isinstance(read, PolicyUnreadable):
+                        outcome = "gone" if read is None else "unreadable_status"
+                        return None
+                    policy, found = read
+                    digests, _ = await resolve_digests(found, self.resolver, known=answers)
+                result = await self._decide(policy, found, digests, follow_up)
+                ticks.decided += 1
             outcome = "ok"
-            flying = in_flight(gathered.tick.policy.spec, applied.status, namespace)
-            versions = {
-                key: str(workload["metadata"].get("resourceVersion", ""))
-                for key, workload in gathered.workloads.items()
-                if key in flying.workloads
-            }
-            return TickOutcome(plan, applied, flying, versions, plan.window_opens)
+            return result
         finally:
             if outcome == "gone":  # deleted: its series go with it, none are made anew
                 self.metrics.forget_policy(namespace, name)
+                self.forget(namespace, name)
             elif follow_up:  # not a tick of the interval: the interval's series stay its own
                 self.metrics.follow_ups.labels(namespace, name, outcome).inc()
             else:
@@ -168,6 +201,85 @@ class PolicyTicker:
                 self.metrics.tick_duration.labels(namespace, name).observe(elapsed)
                 self.metrics.ticks.labels(namespace, name, outcome).inc()
                 self.metrics.last_tick.labels(namespace, name).set(time.time())
+
+    async def _read(
+        self, namespace: str, name: str, follow_up: bool, asked_at: float | None
+    ) -> tuple[dict[str, Any], TargetReads] | PolicyUnreadable | None:
+        """The policy and its targets' reads; None when it is gone, or why it is unreadable
+        (already reported in its status)."""
+        policy = await asyncio.to_thread(self.api.read_policy, namespace, name)
+        if policy is None:
+            return None
+        try:
+            found = await read_targets(
+                policy,
+                api=self.api,
+                config=self.config,
+                claimed_elsewhere=self.claims.elsewhere(namespace, name),
+                follow_up=follow_up,
+                shared_reads=self.shared_reads,
+                asked_at=asked_at,
+            )
+        except PolicyUnreadable as error:
+            await self._unreadable(policy, error, self.clock())
+            return error
+        return policy, found
+
+    async def _decide(
+        self, policy: dict[str, Any], found: TargetReads, digests: Digests, follow_up: bool
+    ) -> TickOutcome:
+        """Plan on the evidence, apply the plan, and say what is in flight."""
+        now = self.clock()
+        gathered = assemble(found, digests, now, self.config, follow_up=follow_up)
+        plan, reservations = await self._plan(gathered)
+        applied = await apply_plan(plan, policy, gathered, self.api, now, self.events)
+        landed = {id(patch) for patch in (*applied.patched, *applied.unknown)}
+        for patch, held in reservations:
+            if id(patch) not in landed:
+                self.ledger.release(held)  # that refresh never happened: its pulls are free
+        metadata = policy["metadata"]
+        namespace, name = metadata["namespace"], metadata["name"]
+        self._record(namespace, name, gathered, applied, plan)
+        flying = in_flight(gathered.tick.policy.spec, applied.status, namespace)
+        versions = {
+            key: str(workload["metadata"].get("resourceVersion", ""))
+            for key, workload in gathered.workloads.items()
+            if key in flying.workloads
+        }
+        return TickOutcome(plan, applied, flying, versions, plan.window_opens)
+
+    async def _plan(self, gathered: Gathered) -> tuple[Plan, list[tuple[ImagePatch, Reservation]]]:
+        """Plan on the budget as it is now, and reserve the pulls of the refreshes planned —
+        before any other tick reads the budget."""
+        async with self._budget:
+            tick = replace(gathered.tick, budgets=budgets(self.ledger, gathered.accounts))
+            loop = asyncio.get_running_loop()
+            plan = await loop.run_in_executor(self._planner, self._planned, tick)
+            return plan, self._reserve(plan, gathered)
+
+    def _planned(self, tick: TickInput) -> Plan:
+        if self.config.planning_delay > 0:  # tests: planning that takes the CPU for a while
+            until = time.monotonic() + self.config.planning_delay
+            while time.monotonic() < until:
+                pass
+        return plan_tick(tick)
+
+    def _reserve(self, plan: Plan, gathered: Gathered) -> list[tuple[ImagePatch, Reservation]]:
+        """Reserve each refresh's pulls until its rollout's progress deadline has passed."""
+        view = gathered.tick.policy
+        timeouts = {
+            view.target_key(index): (target.rollout_timeout or view.spec.rollout_timeout)
+            for index, target in enumerate(view.spec.targets)
+        }
+        wall = time.time()
+        held = []
+        for patch in plan.patches:
+            settles_in = timeouts.get(patch.target, view.spec.rollout_timeout).total_seconds()
+            for (host, identity), pulls in patch.pulls:
+                account = gathered.accounts.get((host, identity), identity)
+                reservation = self.ledger.reserve(host, account, pulls, wall, settles_in)
+                held.append((patch, reservation))
+        return held
 
     async def _unreadable(
         self, policy: dict[str, Any], error: PolicyUnreadable, now: datetime
@@ -185,7 +297,9 @@ class PolicyTicker:
         if written:
             self.metrics.status_writes.labels(namespace, name).inc()
 
-    def _record(self, namespace: str, name: str, gathered: Gathered, applied: Applied) -> None:
+    def _record(
+        self, namespace: str, name: str, gathered: Gathered, applied: Applied, plan: Plan
+    ) -> None:
         spec = gathered.tick.policy.spec
         self.metrics.record_status(namespace, name, spec, applied.status)
         for patch in applied.patched:
@@ -214,4 +328,5 @@ class PolicyTicker:
             events=[e.reason for e in applied.events],
             status_written=applied.status_written,
             follow_up=gathered.tick.follow_up,
+            decisions=plan.decisions,
         )
