@@ -293,7 +293,8 @@ allow_option = click.option(
     default=15.0,
     show_default=True,
     type=click.FloatRange(min=1),
-    help="Seconds a standby waits, after the Lease last changed, before taking it over.",
+    help="Seconds a standby waits, after the Lease last changed, before taking it over: a "
+    "whole number (the Lease stores whole seconds), longer than the renew deadline.",
 )
 @click.option(
     "--leader-election-renew-deadline",
