@@ -177,6 +177,10 @@ def one_shot(failure: type[CommandFailed] = CommandFailed) -> Callable[[F], F]:
     def wrap(command: F) -> F:
         @functools.wraps(command)
         def run(*args: Any, **kwargs: Any) -> Any:
+            # The client's retry warnings end in the one error line below, which says it all;
+            # asked for (--log-level INFO or DEBUG), they are still logged.
+            if logging.getLogger().level >= logging.WARNING:
+                logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
             try:
                 return command(*args, **kwargs)
             except KubeError as error:
