@@ -182,7 +182,7 @@ def test_the_gate_opens_only_until_the_deadline_and_never_again_once_closed() ->
     [
         (10.0, 10.0, 2.0, "longer than the renew deadline"),
         (15.0, 10.0, 9.0, "exceed 1.2 times the retry period"),
-        (15.0, 10.0, 0.0, "exceed 1.2 times the retry period"),
+        (15.0, 10.0, 0.0, "the retry period must be positive"),
         # 10.5 > 10.2, but the Lease would say 10: both would write for 0.2 s.
         (10.5, 10.2, 2.0, "whole number of seconds"),
         (15.000001, 10.0, 2.0, "whole number of seconds"),
