@@ -40,7 +40,10 @@ def demo() -> ModuleType:
     return module
 
 
-def test_without_a_kubeconfig_named_it_chooses_the_bundled_cluster(demo: ModuleType) -> None:
+def test_without_a_kubeconfig_named_it_chooses_the_bundled_cluster(
+    demo: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KUBECONFIG", "/home/sre/.kube/production")
     where = demo.choose(None, "c0ffee")
     assert where.bundled
     assert where.kubeconfig is None
