@@ -612,7 +612,7 @@ def test_each_reason_a_declared_container_is_never_refreshed_says_what_to_do(
     found = audit(policies, [workload("jobs-manager", api=JM)])
     assert found
     assert found[0].detail == detail
-    assert found[0].image == "-" or found[0].kind is FindingKind.DRY_RUN
+    assert found[0].image == JM  # as it runs
 
 
 def test_a_dry_run_target_is_judged_on_its_workload_first() -> None:
@@ -622,3 +622,14 @@ def test_a_dry_run_target_is_judged_on_its_workload_first() -> None:
         ("missing-workload", "Deployment tracebloc/gone", "api"),
         ("other-repository", "Deployment tracebloc/jobs-manager", "api"),
     ]
+
+
+def test_a_finding_shows_the_live_image_where_it_was_read_and_a_dash_where_not() -> None:
+    paused = policy("cp", target("jobs-manager", api=JM, migrate=JM), suspend=True)
+    live = [workload("jobs-manager", init={"migrate": f"tracebloc/jobs-manager@{D1}"}, api=JM)]
+    assert [(f.container, f.image) for f in audit([paused], live)] == [
+        ("api", JM),
+        ("migrate (init)", f"tracebloc/jobs-manager@{D1}"),
+    ]
+    (unread,) = audit([TENANT], [LIVE_JM], namespaces=frozenset({"t"}))  # tracebloc not read
+    assert (unread.kind, unread.container, unread.image) == (FindingKind.OUT_OF_REACH, "api", "-")

@@ -278,13 +278,14 @@ class _Judge:
         return self.reachable(entry.policy.namespace, entry.namespace)
 
     def target(self, entry: _Declared) -> list[Finding]:
+        workload = self.workloads.get(entry.key)
         why = self._policy_wide(entry)
         if why is not None:
             kind, detail = why
             return [
-                Finding(entry.label, c.name, kind, "-", detail) for c in entry.target.containers
+                self._as_it_runs(workload, c.name, kind, entry.label, detail)
+                for c in entry.target.containers
             ]
-        workload = self.workloads.get(entry.key)
         if workload is None:
             detail = (
                 f"policy {entry.policy} targets it, but it does not exist; create it or fix "
@@ -296,6 +297,16 @@ class _Judge:
             ]
         found = [self._container(entry, workload, c.name) for c in entry.target.containers]
         return [finding for finding in found if finding is not None]
+
+    @staticmethod
+    def _as_it_runs(
+        workload: AuditedWorkload | None, name: str, kind: FindingKind, label: str, detail: str
+    ) -> Finding:
+        """The finding, with the container's live image when its workload was read."""
+        live = next((c for c in workload.containers if c.name == name), None) if workload else None
+        if live is None:
+            return Finding(label, name, kind, "-", detail)
+        return Finding(label, _label(live), kind, live.image or "-", detail)
 
     def _policy_wide(self, entry: _Declared) -> tuple[FindingKind, str] | None:
         """Why no container of the target is ever refreshed, whatever the workload runs."""
