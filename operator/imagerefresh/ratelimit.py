@@ -196,8 +196,13 @@ class BudgetSnapshot:
     remaining: int | None = None  # believed remaining pulls; None when unknown or unlimited
     blocked: str | None = None  # why no pull may be spent at all (a 429 pause)
 
-    def can_afford(self, pulls: int, reserve: int, already_spent: int = 0) -> Affordability:
-        """Whether ``pulls`` more, after ``already_spent`` this tick, still leave ``reserve``."""
+    def can_afford(
+        self, pulls: int, reserve: int, already_spent: int = 0, *, needs: str = "this refresh needs"
+    ) -> Affordability:
+        """Whether ``pulls`` more, after ``already_spent`` this tick, still leave ``reserve``.
+
+        ``needs`` says, in the reason, what wants them ("this refresh needs").
+        """
         who = f"{self.registry} for {self.identity}"
         if self.blocked is not None:
             return Affordability(False, self.blocked, True)
@@ -218,11 +223,11 @@ class BudgetSnapshot:
         if remaining - pulls < reserve:
             return Affordability(
                 False,
-                f"{status}; this refresh needs {pulls} and {reserve} stay reserved for the kubelet",
+                f"{status}; {needs} {pulls} and {reserve} stay reserved for the kubelet",
                 True,
                 remaining,
             )
-        return Affordability(True, f"{status}; this refresh needs {pulls}", True, remaining)
+        return Affordability(True, f"{status}; {needs} {pulls}", True, remaining)
 
 
 @dataclass(slots=True)

@@ -16,6 +16,7 @@ Parsing never invents a tag: a reference without one has ``tag=None``; whoever *
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -27,6 +28,7 @@ __all__ = [
     "parse",
     "parse_digest",
     "registry_host",
+    "tracked_reference",
 ]
 
 DEFAULT_DOMAIN = "docker.io"
@@ -129,6 +131,12 @@ def registry_host(domain: str) -> str:
     return DOCKER_HUB_REGISTRY if domain == DEFAULT_DOMAIN else domain
 
 
+# Parsing is pure and a tick asks about the same few references again and again (every
+# container's live, pending and tracked image, each several times); the answers are immutable.
+_PARSED_CACHE = 4096
+
+
+@functools.lru_cache(maxsize=_PARSED_CACHE)
 def parse(text: str) -> ImageReference:
     """Parse and normalise ``text`` as ``docker pull`` would; raise :class:`InvalidReference`."""
     if not text:
@@ -145,6 +153,12 @@ def parse(text: str) -> ImageReference:
             f"invalid reference {text!r}: repository name {repository_path!r} must be lowercase"
         )
     return _parse_canonical(text, f"{domain}/{remainder}")
+
+
+@functools.lru_cache(maxsize=_PARSED_CACHE)
+def tracked_reference(text: str) -> ImageReference:
+    """``parse(text).tracked()``: the repository at its tracked tag (``latest`` when none)."""
+    return parse(text).tracked()
 
 
 def parse_digest(text: str) -> str:

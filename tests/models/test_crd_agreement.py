@@ -27,7 +27,7 @@ CRD_PATH = (
 CRD = yaml.safe_load(CRD_PATH.read_text())
 VERSION = CRD["spec"]["versions"][0]
 SCHEMA = VERSION["schema"]["openAPIV3Schema"]
-BOUNDS = ("minimum", "minItems", "minLength", "pattern", "enum")
+BOUNDS = ("minimum", "minItems", "maxItems", "minLength", "pattern", "enum")
 
 
 def _resolve(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
@@ -287,6 +287,18 @@ REFUSED = {
         "spec.windows[0].timeZone",
     ),
     "an empty list of windows": ({**MINIMAL, "windows": []}, "spec.windows"),
+    "more targets than a policy may hold": (
+        {"targets": [one_target("a:b", name=f"w{i}") for i in range(65)]},
+        "spec.targets: Too many: 65: must have at most 64 items",
+    ),
+    "more containers than a target may hold": (
+        {"targets": [one_target(*[f"a{i}:b" for i in range(17)])]},
+        "must have at most 16 items",
+    ),
+    "more containers than a policy may hold in all": (
+        {"targets": [one_target(*[f"a{i}:b" for i in range(16)], name=f"w{t}") for t in range(17)]},
+        "a policy declares at most 256 containers in all",
+    ),
     "a digest of the wrong length": (
         {
             "targets": [
@@ -324,6 +336,9 @@ ADMITTED = {
             window(days=["Sun"], start="00:00", end="00:00", timeZone="America/New_York"),
         ],
     },
+    "the largest policy: 256 containers": {
+        "targets": [one_target(*[f"a{i}:b" for i in range(16)], name=f"w{t}") for t in range(16)]
+    },
     # The same workload only once the namespace is defaulted: the operator reports a Conflict.
     "one name with and without a namespace": {
         "targets": [one_target("a:b"), one_target("a:b", namespace="n")]
@@ -354,10 +369,10 @@ REFERENCES = [
 
 
 def _refused_images(cluster: Cluster, namespace: str, images: list[str]) -> set[str]:
-    """The images the API server refuses, asked 32 at a time (a target's container limit)."""
+    """The images the API server refuses, asked 16 at a time (a target's container limit)."""
     refused: set[str] = set()
-    for start in range(0, len(images), 32):
-        batch = images[start : start + 32]
+    for start in range(0, len(images), 16):
+        batch = images[start : start + 16]
         refusal = create(cluster, namespace, {"targets": [one_target(*batch)]})
         indices = {int(i) for i in re.findall(r"containers\[(\d+)\]\.image", refusal)}
         refused.update(batch[i] for i in indices)

@@ -189,8 +189,10 @@ def test_status_round_trips_through_its_api_form() -> None:
                     "previous": {"api": "a:p"},
                     "startedAt": "2026-11-29T12:00:00Z",
                     "generation": 7,
+                    "adopted": [],
                 },
                 "lastGood": {},
+                "contestedImages": {},
                 "containers": [{"name": "api", "tracked": "docker.io/a:p", "running": []}],
             }
         ],

@@ -271,7 +271,10 @@ def test_re_pinning_what_two_other_writers_moved_is_a_contested_attempt_naming_b
         api="argocd-controller",
         monitor="kubectl-set",
     )
+    ours = two_containers(f"{JM_REPO}@{D2}", f"{PM_REPO}@{D2}", generation=3)
     for attempt, phase in ((1, Phase.REFRESHING), (2, Phase.LOCKED)):
+        if attempt == 2:  # our re-pin rolled out; then they moved both images away again
+            tick.run({JOBS: evidence(ours, digests={"api": D2, "monitor": D2})})
         plan = tick.run({JOBS: evidence(reverted, digests={"api": D2, "monitor": D2})})
         contested = [e for e in plan.events if e.reason == "Contested"]
         assert contested == [

@@ -147,6 +147,106 @@ def test_a_writer_reverting_our_pin_counts_until_locked_and_a_success_never_clea
     assert status.locked_at is not None
 
 
+def reverted_by(manager: str, image: str, generation: int, **fields: object) -> dict[str, object]:
+    """The workload after ``manager`` (a GitOps controller's self-heal) set ``image`` back."""
+    work = deployment("jobs-manager", {"api": image}, generation=generation, **fields)  # type: ignore[arg-type]
+    api = {'k:{"name":"api"}': {"f:image": {}}}
+    work["metadata"]["managedFields"] = [  # type: ignore[index]
+        {
+            "manager": manager,
+            "operation": "Update",
+            "time": "2026-11-29T12:00:00Z",
+            "fieldsV1": {"f:spec": {"f:template": {"f:spec": {"f:containers": api}}}},
+        }
+    ]
+    return work
+
+
+def landed(plan: Plan, tick: Tick, generation: int) -> None:
+    """What the shell does once the planned patch landed: record the generation it produced."""
+    (status,) = tick.status.targets
+    assert status.pending is not None
+    assert plan.patches
+    pending = status.pending.model_copy(update={"generation": generation})
+    tick.status = tick.status.model_copy(
+        update={"targets": (status.model_copy(update={"pending": pending}),)}
+    )
+
+
+def test_a_landed_pin_reverted_to_the_tag_counts_a_contest_naming_the_writer_until_locked() -> None:
+    """Argo CD's self-heal sets the tag back before our rollout settles; the pods still run
+    the old build (IfNotPresent), so the workload settles back at once. Each revert is one
+    contested attempt, named after its field manager, until the target is Locked."""
+    tick = Tick(spec(target("jobs-manager", api=JM), maxRefreshAttempts=3))
+    old = [pod("p", {"api": f"{JM_REPO}@{D1}"})]
+    generation = 1
+    plan = tick.run({JOBS: evidence(settled(JM, generation), old, digests={"api": D2})})
+    attempts, contested, events = [], [], []
+    for _ in range(4):
+        if plan.patches:
+            landed(plan, tick, generation + 1)
+        generation += 2
+        back = reverted_by("argocd-controller", JM, generation)
+        plan = tick.run({JOBS: evidence(back, old, digests={"api": D2})})
+        status = tick.target("jobs-manager")
+        attempts.append(status.refresh_attempts)
+        contested.append(status.contested)
+        events += [e.message for e in plan.events if e.reason == "Contested"]
+    assert attempts == [1, 2, 3, 3]
+    assert contested == [1, 2, 3, 3]
+    assert tick.target("jobs-manager").phase is Phase.LOCKED
+    assert plan.patches == ()
+    assert len(events) == 3
+    assert events[0].startswith(
+        "field manager 'argocd-controller' reverted Deployment tracebloc/jobs-manager to the "
+        "images our refresh replaced, after it landed: contested attempt 1 of 3"
+    )
+
+
+def test_a_revert_seen_while_its_rollout_still_rolls_is_counted_once_not_again_at_the_re_pin() -> (
+    None
+):
+    tick = Tick(spec(target("jobs-manager", api=JM), maxRefreshAttempts=5))
+    tick.run({JOBS: evidence(settled(f"{JM_REPO}@{D1}"), digests={"api": D2})})
+    tick.run({JOBS: evidence(settled(f"{JM_REPO}@{D2}", 2), digests={"api": D2})})  # lastGood D2
+    # Another writer pins D3; re-pinning D2 is a contest (1). It lands, and the writer puts D3
+    # back while its rollout still rolls: a second contest (2), nothing re-pinned yet.
+    theirs = f"{JM_REPO}@{D3}"
+    plan = tick.run({JOBS: evidence(reverted_by("cronjob", theirs, 3), digests={"api": D2})})
+    landed(plan, tick, 4)
+    back = reverted_by("cronjob", theirs, 5, available=0)
+    rolling = tick.run({JOBS: evidence(back, digests={"api": D2})})
+    assert rolling.patches == ()
+    status = tick.target("jobs-manager")
+    assert (status.refresh_attempts, status.contested) == (2, 2)
+    # Settled on the other writer's images: re-pinning them is that same contest, not a third.
+    settled_back = reverted_by("cronjob", theirs, 5)
+    again = tick.run({JOBS: evidence(settled_back, digests={"api": D2})})
+    assert [p.purpose for p in again.patches] == [PatchPurpose.REFRESH]
+    status = tick.target("jobs-manager")
+    assert (status.refresh_attempts, status.contested) == (2, 2)
+    assert "Contested" not in [e.reason for e in again.events]
+
+
+def test_a_landed_rollback_reverted_to_the_failed_images_is_superseded_naming_the_writer() -> None:
+    tick = Tick(spec(target("jobs-manager", api=JM)))
+    with_pending(tick, rollback_intent(f"{JM_REPO}@{D1}", f"{JM_REPO}@{D2}"), refresh_attempts=1)
+    (status,) = tick.status.targets
+    assert status.pending is not None
+    landed_rollback = status.pending.model_copy(update={"generation": 3})
+    tick.status = tick.status.model_copy(
+        update={"targets": (status.model_copy(update={"pending": landed_rollback}),)}
+    )
+    back = reverted_by("kubectl-rollout", f"{JM_REPO}@{D2}", 4)
+    plan = tick.run({JOBS: evidence(back, digests={"api": D2})})
+    assert plan.patches == ()  # no rollback sent again: that would be a fight
+    assert [e.message for e in plan.events if e.reason == "RollbackSuperseded"] == [
+        "Deployment tracebloc/jobs-manager was reverted by field manager 'kubectl-rollout' after "
+        "our rollback landed; it is dropped and the target is judged afresh"
+    ]
+    assert tick.target("jobs-manager").pending is None
+
+
 def test_a_chart_rerender_to_the_tag_whose_pods_run_the_desired_digest_is_no_contest() -> None:
     tick = Tick(spec(target("jobs-manager", api=JM)))
     tick.run({JOBS: evidence(settled(f"{JM_REPO}@{D1}"), digests={"api": D2})})
@@ -158,6 +258,13 @@ def test_a_chart_rerender_to_the_tag_whose_pods_run_the_desired_digest_is_no_con
     assert plan.patches == ()
     status = tick.target("jobs-manager")
     assert (status.phase, status.contested, status.refresh_attempts) == (Phase.CURRENT, 0, 0)
+    # The adopted tag is the new baseline: when the tag moves on, pinning it is no contest.
+    moved_on = tick.run(
+        {JOBS: evidence(rerendered, [pod("p", {"api": f"{JM_REPO}@{D2}"})], digests={"api": D3})}
+    )
+    assert [p.purpose for p in moved_on.patches] == [PatchPurpose.REFRESH]
+    status = tick.target("jobs-manager")
+    assert (status.contested, status.refresh_attempts) == (0, 0)
 
 
 def test_one_workload_targeted_twice_after_namespace_defaulting_is_a_conflict_on_both() -> None:

@@ -287,12 +287,13 @@ def test_a_group_the_pull_budget_cannot_cover_at_once_is_deferred_as_a_whole() -
     assert plan.rate_limited
     for name in ("jobs-manager", "requests-proxy"):
         assert tick.target(name).phase is Phase.DEFERRED
-    # requests-proxy fits once jobs-manager is held, and is held all the same, for the reason
-    # the group was held for first: the budget did not cover the proxy's pulls as well.
+    # The group's pulls are spent together or not at all, and the message says what they need.
     for name in ("jobs-manager", "requests-proxy"):
         assert tick.target(name).message == (
             f"deferred: lockstep: {GROUP} moves together, and the pull budget does not cover "
-            "all of its refreshes at once (Deployment tracebloc/requests-proxy (Deferred))"
+            "all of its refreshes at once (Deployment tracebloc/jobs-manager, Deployment "
+            "tracebloc/requests-proxy): registry-1.docker.io for anonymous has 3 pulls left of "
+            "100 per 21600s; their 2 refreshes need 2 and 2 stay reserved for the kubelet"
         )
     assert tick.condition("RateLimited").status == "True"
 

@@ -7,6 +7,8 @@ a pending record the operator cannot trust is dropped instead of keeping the tar
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from imagerefresh.models import PendingRefresh, Phase
 from imagerefresh.planner import Event, PatchPurpose
 
@@ -105,3 +107,46 @@ def test_a_reset_drops_a_pending_record_it_cannot_trust_and_judges_the_workload_
         status = tick.target(name)
         assert (status.phase, status.pending) == (Phase.CURRENT, None)
         assert tick.condition("Degraded").status == "False"
+
+
+def test_a_follow_up_leaves_a_new_reset_for_the_tick_that_reads_every_target() -> None:
+    """A follow-up reads only the rollouts in flight: honouring a reset there would clear
+    counters of targets it never read and use the value up (lastReset) before a full tick."""
+    flying, idle = NAMES
+    tick = Tick(spec(*(target(n, api=JM) for n in NAMES)))
+    # One target has a rollout of ours in flight; only its workload is read by a follow-up.
+    tick.run(
+        {
+            key(flying): evidence(good(flying), digests={"api": D2}),
+            key(idle): evidence(good(idle), digests={"api": D1}),
+        },
+        advance=timedelta(seconds=30),
+    )
+    assert tick.target(flying).pending is not None
+    tick.status = tick.status.model_copy(
+        update={
+            "targets": tuple(
+                t.model_copy(update={"refresh_attempts": 2, "contested": 1})
+                for t in tick.status.targets
+            ),
+        }
+    )
+    tick.reset = "2026-11-29T13:00"
+    tick.run(
+        {key(flying): evidence(bad(flying, generation=2), digests={"api": D2})},
+        follow_up=True,
+    )
+    assert tick.status.last_reset is None  # left for the tick that reads every target
+    other = tick.target(idle)
+    assert (other.phase, other.refresh_attempts, other.contested) == (Phase.CURRENT, 2, 1)
+    assert tick.target(flying).refresh_attempts == 2
+    assert tick.condition("Degraded").status == "False"
+    tick.run(
+        {
+            key(flying): evidence(bad(flying, generation=2), digests={"api": D2}),
+            key(idle): evidence(good(idle), digests={"api": D1}),
+        }
+    )
+    assert tick.status.last_reset == "2026-11-29T13:00"
+    assert [tick.target(n).contested for n in NAMES] == [0, 0]
+    assert tick.target(idle).refresh_attempts == 0

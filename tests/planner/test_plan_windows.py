@@ -153,9 +153,20 @@ def test_several_windows_wait_for_the_earliest_and_in_its_own_zone() -> None:
 
 def test_a_follow_up_tick_outside_the_window_waits_for_the_window_too() -> None:
     tick = windowed(SATURDAY_NIGHT)
-    plan = drifted(tick, follow_up=True)
+    tick.window_override = "once"  # a refresh to D2 starts outside the window, once
+    started = tick.run(
+        {JOBS: evidence(settled(f"{JM_REPO}@{D1}"), digests={"api": D2})},
+        advance=timedelta(seconds=30),
+    )
+    assert [p.purpose for p in started.patches] == [PatchPurpose.REFRESH]
+    # The follow-up records the success, and the tag has moved on meanwhile: that refresh
+    # waits for the window like any other.
+    plan = tick.run(
+        {JOBS: evidence(settled(f"{JM_REPO}@{D2}", generation=2), digests={"api": D3})},
+        follow_up=True,
+    )
     assert plan.patches == ()
-    assert tick.target("jobs-manager").message == waiting_message()
+    assert tick.target("jobs-manager").message == waiting_message(old=D2, new=D3)
     assert plan.window_opens == OPENS
 
 

@@ -16,9 +16,12 @@ from pydantic import Field, field_validator, model_validator
 
 from imagerefresh.models.base import ApiModel
 from imagerefresh.models.durations import Duration
-from imagerefresh.reference import ImageReference, parse, parse_digest
+from imagerefresh.reference import ImageReference, parse, parse_digest, tracked_reference
 
 __all__ = [
+    "MAX_CONTAINERS_PER_TARGET",
+    "MAX_POLICY_CONTAINERS",
+    "MAX_TARGETS",
     "MIN_INTERVAL",
     "MIN_ROLLOUT_TIMEOUT",
     "ContainerSpec",
@@ -31,6 +34,11 @@ __all__ = [
 ]
 
 MIN_INTERVAL = timedelta(seconds=30)
+# The size of the largest policy: what the CRD admits, so that planning it stays well under
+# 0.1 s of CPU (make bench measures the worst policies within these bounds).
+MAX_TARGETS = 64
+MAX_CONTAINERS_PER_TARGET = 16
+MAX_POLICY_CONTAINERS = 256
 MIN_ROLLOUT_TIMEOUT = timedelta(seconds=30)
 SHA256_DIGEST_PATTERN = r"^sha256:[a-f0-9]{64}$"
 CLOCK_TIME_PATTERN = r"^([01][0-9]|2[0-3]):[0-5][0-9]$"  # HH:MM, 00:00 to 23:59
@@ -69,7 +77,7 @@ class ContainerSpec(ApiModel):
     @property
     def tracked(self) -> ImageReference:
         """The tracked reference, normalised, with ``latest`` when no tag is written."""
-        return parse(self.image).tracked()
+        return tracked_reference(self.image)
 
 
 class TargetSpec(ApiModel):
@@ -78,7 +86,9 @@ class TargetSpec(ApiModel):
     kind: WorkloadKind
     name: Annotated[str, Field(min_length=1)]
     namespace: str | None = None
-    containers: Annotated[tuple[ContainerSpec, ...], Field(min_length=1)]
+    containers: Annotated[
+        tuple[ContainerSpec, ...], Field(min_length=1, max_length=MAX_CONTAINERS_PER_TARGET)
+    ]
     rollout_timeout: Duration | None = None  # overrides the policy's progress deadline
 
     @field_validator("rollout_timeout")
@@ -189,7 +199,7 @@ class PolicySpec(ApiModel):
     # new digest in the same tick or not at all, and roll back together (planner.lockstep).
     lockstep: bool = False
     pull_budget: PullBudgetSpec = PullBudgetSpec()
-    targets: Annotated[tuple[TargetSpec, ...], Field(min_length=1)]
+    targets: Annotated[tuple[TargetSpec, ...], Field(min_length=1, max_length=MAX_TARGETS)]
 
     @model_validator(mode="after")
     def _durations_above_minimum(self) -> PolicySpec:
@@ -205,4 +215,9 @@ class PolicySpec(ApiModel):
         keys = [(t.kind, t.namespace, t.name) for t in value]
         if len(keys) != len(set(keys)):
             raise ValueError("each workload may be targeted once per policy")
+        if sum(len(t.containers) for t in value) > MAX_POLICY_CONTAINERS:
+            raise ValueError(
+                f"a policy declares at most {MAX_POLICY_CONTAINERS} containers in all; split it "
+                "into several policies"
+            )
         return value

@@ -128,6 +128,9 @@ class PendingRefresh(StatusModel):
     # With spec.lockstep, a refresh that settled while a peer tracking the same reference is
     # still rolling out is not yet a success: when it settled (it has no deadline left to run).
     settled_at: Timestamp | None = None
+    # Containers pinned in the same patch whose pods already ran the digest (an adoption): the
+    # pin moves nothing, so it never counts as their lockstep group moving.
+    adopted: Annotated[tuple[str, ...], Field(max_length=MAX_CONTAINERS)] = ()
 
     @field_validator("images", "previous")
     @classmethod
@@ -140,6 +143,8 @@ class PendingRefresh(StatusModel):
     def _same_containers(self) -> PendingRefresh:
         if set(self.images) != set(self.previous):
             raise ValueError("pending images and previous must name the same containers")
+        if not set(self.adopted) <= set(self.images):
+            raise ValueError("pending adopted must name containers of its images")
         return self
 
 
@@ -166,6 +171,11 @@ class TargetStatus(StatusModel):
     last_refresh: Timestamp | None = None
     pending: PendingRefresh | None = None
     last_good: Annotated[dict[str, Image], Field(max_length=MAX_CONTAINERS)] = Field(
+        default_factory=dict
+    )
+    # The images another writer put in place in the last contest counted: re-pinning from them
+    # is that same contest, never a second one. Cleared by a success.
+    contested_images: Annotated[dict[str, Image], Field(max_length=MAX_CONTAINERS)] = Field(
         default_factory=dict
     )
     containers: tuple[ContainerStatus, ...] = ()

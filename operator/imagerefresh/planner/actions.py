@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Literal
 
 from imagerefresh.models import PendingPurpose, PolicyStatus
-from imagerefresh.planner.evidence import TargetKey
+from imagerefresh.planner.evidence import Account, TargetKey
 
 __all__ = ["Event", "ImageChange", "ImagePatch", "PatchPurpose", "Plan"]
 
@@ -37,6 +37,9 @@ class ImagePatch:
     target: TargetKey
     purpose: PatchPurpose
     changes: tuple[ImageChange, ...]
+    # The registry pulls a refresh costs, per account: the shell reserves them in the shared
+    # ledger before another tick reads the budget, and releases them if it does not land.
+    pulls: tuple[tuple[Account, int], ...] = ()
 
     def json_patch(self) -> list[dict[str, str]]:
         operations: list[dict[str, str]] = []
@@ -70,3 +73,6 @@ class Plan:
     rate_limited: bool = False
     # The earliest refresh window a drifted target waits for (UTC): the shell ticks then.
     window_opens: datetime | None = None
+    # How many target decisions the tick made, those lockstep's rounds made again included:
+    # what planning cost (about one per target, plus one per lockstep order given).
+    decisions: int = 0

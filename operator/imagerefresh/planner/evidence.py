@@ -25,6 +25,7 @@ __all__ = [
     "ALWAYS",
     "ANONYMOUS",
     "OPERATOR_FIELD_MANAGER",
+    "Account",
     "DigestOutcome",
     "LiveContainer",
     "NamespacePolicy",
@@ -41,6 +42,7 @@ __all__ = [
 ]
 
 ANONYMOUS = "anonymous"
+Account = tuple[str, str]  # (registry host, the identity status names it by: a pull secret)
 ALWAYS = "Always"  # the imagePullPolicy that is not offline-safe (planner.pullpolicy)
 _IF_NOT_PRESENT = "IfNotPresent"
 _LATEST = "latest"
@@ -292,7 +294,7 @@ class TickInput:
 
     policy: PolicyView
     evidence: Mapping[TargetKey, TargetEvidence]
-    budgets: Mapping[tuple[str, str], BudgetSnapshot]  # (registry host, identity) → budget
+    budgets: Mapping[Account, BudgetSnapshot]  # (registry host, identity) → budget
     now: datetime
     namespaces: NamespacePolicy = NamespacePolicy()
     # (workload, container) → another policy (namespace/name) that declares it too

@@ -22,12 +22,16 @@ targets are decided again with, until the orders stop changing:
   hold, they are never rolled back on unreadable evidence.
 
 Orders only ever grow (a hold, a success held, a rollback; the first reason given stays), so
-the iteration ends; its bound is the number of orders there can be.
+the iteration ends; its bound is the number of orders there can be. Each round decides again
+only the targets whose orders changed, and reads again only the groups they belong to, so a
+tick costs about one decision per target plus one per order given. The pull budget is not
+decided here: a group's refreshes are spent from it together, once their starts are known
+(:mod:`.budget`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
@@ -92,14 +96,9 @@ NO_REPORT = LockstepReport()
 
 @dataclass(frozen=True, slots=True)
 class Hold:
-    """Why a group's refresh may not start in this tick.
-
-    ``budget``: only the pull budget stands in the way (every blocker is Deferred): the whole
-    group is then Deferred, since together its refreshes do not fit.
-    """
+    """Why a group's refresh may not start in this tick."""
 
     reason: str
-    budget: bool = False
 
 
 _NO_HOLDS: Mapping[str, Hold] = MappingProxyType({})
@@ -112,6 +111,7 @@ class LockstepOrders:
     held: Mapping[str, Hold] = field(default_factory=lambda: _NO_HOLDS)  # container → why
     hold_success: str | None = None  # why a settled refresh is not a success yet
     roll_back: str | None = None  # why a refresh of ours rolls back although its own is fine
+    deferred: str | None = None  # why the pull budget does not cover the refresh it would start
 
     def merged(self, other: LockstepOrders) -> LockstepOrders:
         """Both orders; the first reason given for each stays (orders only ever grow)."""
@@ -119,11 +119,13 @@ class LockstepOrders:
             held=MappingProxyType({**other.held, **self.held}),
             hold_success=self.hold_success or other.hold_success,
             roll_back=self.roll_back or other.roll_back,
+            deferred=self.deferred or other.deferred,
         )
 
     @property
     def size(self) -> int:
-        return len(self.held) + int(self.hold_success is not None) + int(self.roll_back is not None)
+        flags = (self.hold_success, self.roll_back, self.deferred)
+        return len(self.held) + sum(flag is not None for flag in flags)
 
 
 NO_ORDERS = LockstepOrders()
@@ -189,12 +191,13 @@ class Member:
         pending = self.report.judged.pending if self.report.judged else self.status.pending
         if pending is None or pending.purpose is not PendingPurpose.REFRESH:
             return None
-        # Containers the refresh did not need to move (already pinned) are not in it. Its images
+        # Containers the refresh did not need to move (already pinned) are not in it, and those
+        # it pinned where their pods already ran the digest (adopted) moved nothing. Its images
         # are references (PendingRefresh validates them); one naming no digest moves to none.
         digests = {
             parse(image).digest
             for name in self.containers
-            if (image := pending.images.get(name)) is not None
+            if name not in pending.adopted and (image := pending.images.get(name)) is not None
         }
         return digests.pop() if len(digests) == 1 else None
 
@@ -297,12 +300,6 @@ def _start_hold(group: Group, members: list[Member], starters: list[Member]) -> 
     blockers = [m for m in members if not m.ready_for(digests[0])]
     if not blockers:
         return None
-    if all(m.status.phase is Phase.DEFERRED for m in blockers):
-        return Hold(
-            f"lockstep: {group.reference} moves together, and the pull budget does not cover "
-            f"all of its refreshes at once ({_names(blockers)})",
-            budget=True,
-        )
     return Hold(
         f"lockstep: {group.reference} moves together, and {_names(blockers)} cannot "
         "refresh now; the refresh starts when every target tracking it can"
@@ -333,13 +330,19 @@ def lockstep_orders(
     decided: Mapping[TargetKey, tuple[TargetStatus, LockstepReport]],
     digests: Mapping[TargetKey, Mapping[str, DigestOutcome]],
     orders: Mapping[TargetKey, LockstepOrders],
+    touched: Collection[TargetKey] | None = None,
 ) -> dict[TargetKey, LockstepOrders]:
     """``orders`` with whatever the groups ask of this round's decisions (``decided``).
 
     ``decided`` and ``digests`` (what each target's containers resolved to) hold every target.
+    ``touched``: the targets decided anew since ``orders`` were last asked for (None: all).
+    A group none of whose members was decided anew asks nothing new — what it asked before is
+    in ``orders`` already, and orders only grow — so only the others are read again.
     """
     wanted = dict(orders)
     for group in groups:
+        if touched is not None and not any(key in touched for key in group.members):
+            continue
         members = [
             Member(key, names, *decided[key], orders.get(key, NO_ORDERS), digests[key])
             for key, names in group.members.items()

@@ -28,9 +28,8 @@ container whose digest could not be resolved is left alone (the others still ref
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from imagerefresh.models import (
@@ -50,6 +49,7 @@ from imagerefresh.planner import reasons
 from imagerefresh.planner.actions import Event, ImageChange, ImagePatch
 from imagerefresh.planner.evidence import (
     ANONYMOUS,
+    Account,
     Resolved,
     TargetEvidence,
     TargetKey,
@@ -66,25 +66,27 @@ from imagerefresh.planner.lockstep import (
     held_message,
 )
 from imagerefresh.planner.windows import OPEN, WINDOW_OVERRIDE_ANNOTATION, WindowState
-from imagerefresh.ratelimit import BudgetSnapshot
 from imagerefresh.reference import InvalidReference, parse, registry_host
 from imagerefresh.rollout import RolloutProgress, RolloutState
 
 __all__ = ["TargetContext", "TargetOutcome", "plan_target"]
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class TargetContext:
-    """What every target of one tick shares; ``spent`` accumulates pulls planned this tick."""
+    """What every target of one tick shares. Nothing in it changes while the tick decides:
+    each target's decision depends on its own evidence and orders only (the pull budget is
+    spent afterwards, by :mod:`.budget`)."""
 
     spec: PolicySpec
     policy: str  # namespace/name, for messages
     now: datetime
-    budgets: Mapping[tuple[str, str], BudgetSnapshot]
     reset: bool
     window: WindowState = OPEN  # whether a refresh may start now (spec.windows, or an override)
-    spent: Counter[tuple[str, str]] = field(default_factory=Counter)
     follow_up: bool = False  # a tick that follows rollouts: it judges, it starts no refresh
+    # Each target's containers in a lockstep group: pinning one that needs no move (an
+    # adoption) is recorded as such, so it is never taken for the group moving.
+    grouped: Mapping[TargetKey, frozenset[str]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -100,6 +102,9 @@ class TargetOutcome:
     current: dict[str, str] = field(default_factory=dict)  # container → digest it runs
     judged: Judged | None = None
     decided: bool = True  # False: a follow-up tick carried this target's status as it was
+    # The registry pulls the refresh it starts (or, in a dry run, would start) costs, per
+    # account: the tick spends them from the budget, or defers it (planner.budget).
+    pulls: dict[Account, int] = field(default_factory=dict)
 
     @property
     def report(self) -> LockstepReport:
@@ -184,13 +189,29 @@ class _Decision:
         # Sticky: a ceiling raised after the lock does not lift it; only a reset does.
         return self._at_ceiling or self.status.locked_at is not None
 
-    def _count_attempt(self, *, contested: bool = False) -> int:
-        attempts = self.status.refresh_attempts + 1
+    def _record_good(self) -> None:
+        """The live images run the desired digests (our refresh, or an adoption): a later move
+        away from them is what a contest is judged against, and it would be a new one."""
         self._set(
-            refresh_attempts=attempts,
-            contested=self.status.contested + int(contested),
+            last_good={c.name: c.live for c in self.status.containers if c.live},
+            contested_images={},
         )
+
+    def _count_attempt(self) -> int:
+        attempts = self.status.refresh_attempts + 1
+        self._set(refresh_attempts=attempts)
         return attempts
+
+    def _count_contest(self, workload: Workload, names: Iterable[str]) -> int:
+        """Count another writer's move as a failed attempt, once: the images it wrote are
+        remembered (``contestedImages``), so re-pinning from them is not counted again."""
+        moved = {name: _normalised(workload.containers[name].image) for name in names}
+        self._set(
+            refresh_attempts=self.status.refresh_attempts + 1,
+            contested=self.status.contested + 1,
+            contested_images={**self.status.contested_images, **moved},
+        )
+        return self.status.refresh_attempts
 
     # --- the steps -----------------------------------------------------------------------
 
@@ -323,29 +344,43 @@ class _Decision:
             if pending.purpose is PendingPurpose.ROLLBACK:
                 return self._judge_rollback(workload, pending)
             return self._judge_refresh(workload, pending)
-        if now == pending.previous:
+        # Back at the images it replaced: a patch that never landed (a crash, a lost refusal) —
+        # unless it is known to have landed (its generation was recorded), when someone
+        # reverted it, as a GitOps self-heal does.
+        reverted = now == pending.previous and pending.generation is not None
+        if now == pending.previous and not reverted:
             if pending.purpose is PendingPurpose.ROLLBACK:
                 return self._owe_rollback(workload, pending)
-            self._set(pending=None)  # recorded, never landed (a crash or a lost refusal)
+            self._set(pending=None)
             return None
         self._set(pending=None)
+        writers = self._writers(workload, now)
         if pending.purpose is PendingPurpose.ROLLBACK:
+            what = (
+                f"{self.key} was reverted by {writers} after our rollback landed"
+                if reverted
+                else f"the images of {self.key} were changed by {writers} during our rollback"
+            )
             self._event(
                 "Normal",
                 reasons.ROLLBACK_SUPERSEDED,
-                f"the images of {self.key} were changed by {self._writers(workload, now)} "
-                "during our rollback; it is dropped and the target is judged afresh",
+                f"{what}; it is dropped and the target is judged afresh",
             )
             return None
         self.outcome.judged = Judged(pending, Result.FAILED)
-        attempts = self._count_attempt(contested=True)
+        attempts = self._count_contest(workload, pending.images)
+        what = (
+            f"reverted {self.key} to the images our refresh replaced, after it landed"
+            if reverted
+            else f"changed the images of {self.key} during our refresh"
+        )
         self._event(
             "Warning",
             reasons.CONTESTED,
-            f"{self._writers(workload, now)} changed the images of {self.key} during our "
-            f"refresh: contested attempt {attempts} of {self.ctx.spec.max_refresh_attempts}. "
-            "Two writers on one image end Locked: stop the other writer (a CronJob, GitOps "
-            "self-heal, another policy) or remove the target from this policy",
+            f"{writers} {what}: contested attempt {attempts} of "
+            f"{self.ctx.spec.max_refresh_attempts}. Two writers on one image end Locked: stop the "
+            "other writer (a CronJob, GitOps self-heal, another policy) or remove the target "
+            "from this policy",
         )
         return None
 
@@ -374,8 +409,8 @@ class _Decision:
                 pending=None,
                 refresh_attempts=self.status.contested,  # a success never clears contests
                 last_refresh=self.ctx.now,
-                last_good={c.name: c.live for c in self.status.containers if c.live},
             )
+            self._record_good()
             changed = ", ".join(
                 f"{n} → {_short(i.rpartition('@')[2])}" for n, i in pending.images.items()
             )
@@ -586,6 +621,7 @@ class _Decision:
         if not drifted:
             if unresolved:
                 return self._finish(Phase.ERROR, f"registry unreadable, nothing patched{note}")
+            self._record_good()
             if self._locked:
                 return self._finish(Phase.LOCKED, self._locked_message("now current"))
             return self._finish(Phase.CURRENT, "running the desired digests")
@@ -625,25 +661,21 @@ class _Decision:
         if held:
             why = held_message(self.orders, held)
             if len(held) == len(drifted):
-                if all(self.orders.held[name].budget for name in held):
-                    self.outcome.rate_limited = True
-                    return self._finish(Phase.DEFERRED, f"deferred: {why}{note}")
                 return self._wait_for_peers(plan, why, note)
             drifted = {n: d for n, d in drifted.items() if n not in self.orders.held}
             plan = self._plan_text(workload, drifted)
             note = f"; {', '.join(held)} held back ({why}){note}"
-        refusal = self._unaffordable(workload, drifted)
-        if refusal is not None:
+        if self.orders.deferred is not None:
             self.outcome.rate_limited = True
-            return self._finish(Phase.DEFERRED, f"deferred: {refusal}{note}")
+            return self._finish(Phase.DEFERRED, f"deferred: {self.orders.deferred}{note}")
         if self.ctx.spec.dry_run:
-            self.outcome.starting = dict(drifted)  # what would start, for the lockstep rules
+            self._starts(workload, drifted)  # what would start, for lockstep and the budget
             return self._finish(Phase.DRIFTED, f"dry run, would patch {plan}{note}")
         moved = self._moved_since_our_write(workload, drifted)
         contest = ""
         if moved:
             writers = self._writers(workload, moved)
-            attempts = self._count_attempt(contested=True)
+            attempts = self._count_contest(workload, moved)
             # The status message names the other writer too: events expire, status does not.
             contest = (
                 f"; contested by {writers} (attempt {attempts} of "
@@ -663,9 +695,11 @@ class _Decision:
                 return self._finish(
                     Phase.LOCKED, self._locked_message(f"contested by {writers}: {plan}")
                 )
-        self.outcome.starting = dict(drifted)
-        adopted = self._adopted_tags(workload)
-        pins = {**{n: d for n, d in adopted.items() if n not in self.orders.held}, **drifted}
+        self._starts(workload, drifted)
+        adopted = {
+            n: d for n, d in self._adopted_tags(workload).items() if n not in self.orders.held
+        }
+        pins = {**adopted, **drifted}
         pending = PendingRefresh(
             images={
                 name: parse(workload.containers[name].image).pinned(digest).familiar
@@ -673,8 +707,10 @@ class _Decision:
             },
             previous={name: workload.containers[name].image for name in pins},
             started_at=self.ctx.now,
+            adopted=tuple(sorted(set(adopted) - set(drifted))),
         )
-        self.outcome.patch = self._patch(workload, pending)
+        patch = self._patch(workload, pending)
+        self.outcome.patch = replace(patch, pulls=tuple(sorted(self.outcome.pulls.items())))
         self._set(pending=pending)
         self._event("Normal", reasons.REFRESHING, f"patching {self.key}: {plan}")
         return self._finish(Phase.REFRESHING, f"refreshing {plan}{contest}{note}")
@@ -706,13 +742,15 @@ class _Decision:
         return self._finish(Phase.WAITING, message)
 
     def _moved_since_our_write(self, workload: Workload, drifted: Mapping[str, str]) -> list[str]:
-        """Drifted containers whose live image is not what imagerefresh last wrote there."""
-        return [
-            name
-            for name in sorted(drifted)
-            if (ours := self.status.last_good.get(name)) is not None
-            and _normalised(workload.containers[name].image) != ours
-        ]
+        """Drifted containers whose live image is not what imagerefresh last wrote there, nor
+        a move already counted as a contest (re-pinning from it is the same fight)."""
+        moved = []
+        for name in sorted(drifted):
+            live = _normalised(workload.containers[name].image)
+            ours = self.status.last_good.get(name)
+            if ours is not None and live not in (ours, self.status.contested_images.get(name)):
+                moved.append(name)
+        return moved
 
     def _adopted_tags(self, workload: Workload) -> dict[str, str]:
         """Containers still on a tag whose pods already run the desired digest.
@@ -735,23 +773,18 @@ class _Decision:
         running = {pod.running.get(name) for pod in self.evidence.pods}
         return running.pop() if len(running) == 1 else None
 
-    def _unaffordable(self, workload: Workload, drifted: dict[str, str]) -> str | None:
-        """Spend this refresh's predicted pulls per (registry, identity), or say why not."""
-        images: dict[tuple[str, str], set[str]] = {}
+    def _starts(self, workload: Workload, drifted: Mapping[str, str]) -> None:
+        """This decision starts a refresh of ``drifted``: what it pins, and the pulls it costs
+        per account — each distinct digest once per pod (per node, for a DaemonSet)."""
+        self.outcome.starting = dict(drifted)
+        images: dict[Account, set[str]] = {}
         for name, digest in drifted.items():
             host = registry_host(parse(workload.containers[name].image).domain)
             identity = self.evidence.identities.get(host, ANONYMOUS)
             images.setdefault((host, identity), set()).add(digest)
-        costs = {key: len(digests) * workload.expected_pods for key, digests in images.items()}
-        reserve = self.ctx.spec.pull_budget.reserve
-        for key, cost in sorted(costs.items()):
-            budget = self.ctx.budgets.get(key) or BudgetSnapshot(*key)
-            answer = budget.can_afford(cost, reserve, self.ctx.spent[key])
-            if not answer.allowed:
-                return answer.reason
-        for key, cost in costs.items():
-            self.ctx.spent[key] += cost
-        return None
+        self.outcome.pulls = {
+            account: len(digests) * workload.expected_pods for account, digests in images.items()
+        }
 
 
 def replace_status(status: TargetStatus, **changes: object) -> TargetStatus:

@@ -10,7 +10,8 @@ patches, posts the events and writes the status only if it differs from the one 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Collection, Mapping
 from datetime import datetime
 
 from imagerefresh.models import (
@@ -24,6 +25,7 @@ from imagerefresh.models import (
 )
 from imagerefresh.planner import reasons
 from imagerefresh.planner.actions import Event, Plan
+from imagerefresh.planner.budget import spend, units
 from imagerefresh.planner.conditions import (
     TickFlags,
     condition_events,
@@ -127,14 +129,15 @@ def _carry_read_conditions(
 
 
 def _claimed(
-    key: TargetKey, target: TargetSpec, keys: list[TargetKey], tick: TickInput
+    key: TargetKey, target: TargetSpec, twice: Collection[TargetKey], tick: TickInput
 ) -> str | None:
     """Why ``target``'s containers are not this target's alone (a Conflict), if they are not.
 
     Two targets naming one workload (one with an explicit namespace, one defaulted to the
-    policy's) or two policies declaring one container would write the same images in turns.
+    policy's; ``twice`` holds those) or two policies declaring one container would write the
+    same images in turns.
     """
-    if keys.count(key) > 1:
+    if key in twice:
         return (
             f"{key} is targeted more than once by this policy (after defaulting the namespace); "
             "declare each workload once"
@@ -149,64 +152,113 @@ def _claimed(
     return None
 
 
-def _plan_targets(
-    tick: TickInput,
-    reset: bool,
-    window: WindowState,
-    orders: Mapping[TargetKey, LockstepOrders],
-) -> list[tuple[TargetKey, TargetOutcome]]:
-    """Every target decided on its own evidence, under its lockstep ``orders``."""
-    policy, spec = tick.policy, tick.policy.spec
-    ctx = TargetContext(
-        spec,
-        f"{policy.namespace}/{policy.name}",
-        tick.now,
-        tick.budgets,
-        reset,
-        follow_up=tick.follow_up,
-        window=window,
-    )
-    previous = {_key(status): status for status in policy.status.targets}
-    keys = [policy.target_key(index) for index in range(len(spec.targets))]
-    outcomes: list[tuple[TargetKey, TargetOutcome]] = []
-    for key, target in zip(keys, spec.targets, strict=True):
-        prior = previous.get(key)
-        if tick.follow_up and not reset and prior is not None and prior.pending is None:
-            outcomes.append((key, TargetOutcome(status=prior, decided=False)))
-            continue
-        allowed = tick.namespaces.allows(policy.namespace, key.namespace)
-        evidence = tick.evidence.get(key, _NOT_READ)
-        claimed = _claimed(key, target, keys, tick)
-        outcome = plan_target(
-            ctx, target, key, prior, evidence, allowed, claimed, orders.get(key, NO_ORDERS)
+class _Targets:
+    """Every target's decision in this tick, each made on its own evidence and orders.
+
+    A decision depends on nothing but its target's evidence, prior status and lockstep orders
+    (the pull budget is spent afterwards), so a target is decided again only when its orders
+    change; :attr:`decisions` counts every decision made.
+    """
+
+    def __init__(self, tick: TickInput, reset: bool, window: WindowState) -> None:
+        policy, spec = tick.policy, tick.policy.spec
+        self.tick = tick
+        self.keys = [policy.target_key(index) for index in range(len(spec.targets))]
+        self.groups = lockstep_groups(spec, self.keys)
+        grouped: dict[TargetKey, set[str]] = {}
+        for group in self.groups:
+            for key, names in group.members.items():
+                grouped.setdefault(key, set()).update(names)
+        self.ctx = TargetContext(
+            spec,
+            f"{policy.namespace}/{policy.name}",
+            tick.now,
+            reset,
+            window=window,
+            follow_up=tick.follow_up,
+            grouped={key: frozenset(names) for key, names in grouped.items()},
         )
-        outcomes.append((key, outcome))
-    return outcomes
+        self.twice = {key for key, count in Counter(self.keys).items() if count > 1}
+        self.previous = {_key(status): status for status in policy.status.targets}
+        self.digests = {key: tick.evidence.get(key, _NOT_READ).digests for key in self.keys}
+        self.orders: dict[TargetKey, LockstepOrders] = {}
+        self.decisions = 0
+        # By spec index; None for a target a follow-up does not decide and has no status for.
+        self.outcomes: list[TargetOutcome | None] = [
+            self._decide(index) for index in range(len(self.keys))
+        ]
+
+    def _decide(self, index: int) -> TargetOutcome | None:
+        key, target, tick = self.keys[index], self.tick.policy.spec.targets[index], self.tick
+        prior = self.previous.get(key)
+        if tick.follow_up and (prior is None or prior.pending is None):
+            # Not a rollout in flight: not read, so nothing is decided on it. A target the last
+            # tick never saw (added to the spec since) waits for the tick that reads it.
+            return TargetOutcome(status=prior, decided=False) if prior is not None else None
+        self.decisions += 1
+        allowed = tick.namespaces.allows(tick.policy.namespace, key.namespace)
+        evidence = tick.evidence.get(key, _NOT_READ)
+        claimed = _claimed(key, target, self.twice, tick)
+        orders = self.orders.get(key, NO_ORDERS)
+        return plan_target(self.ctx, target, key, prior, evidence, allowed, claimed, orders)
+
+    def decided(self) -> list[tuple[TargetKey, TargetOutcome]]:
+        return [(k, o) for k, o in zip(self.keys, self.outcomes, strict=True) if o is not None]
+
+    def order(self, wanted: Mapping[TargetKey, LockstepOrders]) -> set[TargetKey]:
+        """Take ``wanted`` orders and decide again each target whose orders changed."""
+        changed = {k for k, o in wanted.items() if o != self.orders.get(k, NO_ORDERS)}
+        self.orders = dict(wanted)
+        for index, key in enumerate(self.keys):
+            if key in changed:
+                self.outcomes[index] = self._decide(index)
+        return changed
+
+    def settle_lockstep(self, touched: set[TargetKey] | None = None) -> None:
+        """Lockstep's rounds until its orders stop changing (see :mod:`.lockstep`)."""
+        for _ in range(order_bound(self.groups)):
+            decided = {key: (o.status, o.report) for key, o in self.decided()}
+            wanted = lockstep_orders(self.groups, decided, self.digests, self.orders, touched)
+            touched = self.order(wanted)
+            if not touched:
+                return
+
+    def spend_budget(self) -> None:
+        """Spend the pull budget on the refreshes that would start; defer what it cannot
+        cover (:mod:`.budget`), then let lockstep answer the deferrals."""
+        pulls = {key: o.pulls for key, o in self.decided() if o.pulls}
+        reserve = self.tick.policy.spec.pull_budget.reserve
+        ordered = units(self.keys, self.groups)
+        deferred, _ = spend(ordered, pulls, self.tick.budgets, reserve, self.groups)
+        if not deferred:
+            return
+        wanted = dict(self.orders)
+        for key, why in deferred.items():
+            wanted[key] = wanted.get(key, NO_ORDERS).merged(LockstepOrders(deferred=why))
+        self.settle_lockstep(self.order(wanted))
 
 
 def plan_tick(tick: TickInput) -> Plan:
     """Decide one tick of one policy. Pure: the same input always gives the same plan."""
     policy, spec, before = tick.policy, tick.policy.spec, tick.policy.status
-    reset = policy.reset_request is not None and policy.reset_request != before.last_reset
-    # A new value of the override lets refreshes start outside the windows in this one tick. A
-    # follow-up starts none, so it leaves the value for the tick that can.
+    # A reset (and an override) is honoured by a tick that reads every target. A follow-up reads
+    # only the rollouts in flight and starts no refresh: it leaves both values for the next
+    # tick that can honour them, rather than using them up on targets it did not read.
+    reset = (
+        not tick.follow_up
+        and policy.reset_request is not None
+        and policy.reset_request != before.last_reset
+    )
     override = (
         not tick.follow_up
         and policy.window_override is not None
         and policy.window_override != before.last_window_override
     )
     window = OPEN if override else window_state(spec.windows, tick.now)
-    outcomes = _plan_targets(tick, reset, window, {})
-    groups = lockstep_groups(spec, [key for key, _ in outcomes])
-    orders: dict[TargetKey, LockstepOrders] = {}
-    for _ in range(order_bound(groups)):
-        decided = {key: (outcome.status, outcome.report) for key, outcome in outcomes}
-        digests = {key: tick.evidence.get(key, _NOT_READ).digests for key, _ in outcomes}
-        wanted = lockstep_orders(groups, decided, digests, orders)
-        if wanted == orders:
-            break
-        orders = wanted
-        outcomes = _plan_targets(tick, reset, window, orders)
+    planned = _Targets(tick, reset, window)
+    planned.settle_lockstep()
+    planned.spend_budget()
+    outcomes = planned.decided()
     targets = tuple(outcome.status for _, outcome in outcomes)
     flags = TickFlags(
         degraded=tuple(str(key) for key, outcome in outcomes if outcome.degraded),
@@ -259,4 +311,5 @@ def plan_tick(tick: TickInput) -> Plan:
         degraded=bool(flags.degraded),
         rate_limited=bool(flags.rate_limited),
         window_opens=min(waits, default=None),
+        decisions=planned.decisions,
     )

@@ -96,11 +96,13 @@ def _errors(error: ValidationError) -> str:
     )
 
 
-def policy_view(policy: Mapping[str, Any]) -> PolicyView:
+def policy_view(policy: Mapping[str, Any], *, follow_up: bool = False) -> PolicyView:
     """The planner's view of a policy object; :class:`PolicyUnreadable` if it cannot be read.
 
     A status that does not parse fails closed — unless a new reset was requested, which
-    rebuilds the status from live evidence (the tick then starts from an empty one).
+    rebuilds the status from live evidence (the tick then starts from an empty one). Only a
+    tick that reads every target may rebuild it: a ``follow_up`` fails closed and leaves the
+    reset to that tick.
     """
     metadata = policy["metadata"]
     name = f"{metadata['namespace']}/{metadata['name']}"
@@ -118,7 +120,8 @@ def policy_view(policy: Mapping[str, Any]) -> PolicyView:
     try:
         status = PolicyStatus.model_validate(raw)
     except ValidationError as error:
-        if reset is None or reset == (raw.get("lastReset") if isinstance(raw, dict) else None):
+        honoured = raw.get("lastReset") if isinstance(raw, dict) else None
+        if follow_up or reset is None or reset == honoured:
             raise PolicyUnreadable(
                 "status",
                 f"the status of {name} cannot be read ({_errors(error)}); it was not written "
@@ -306,7 +309,7 @@ async def gather(
     ``asked_at`` (epoch seconds): a tick someone asked for then — no registry answer whose
     request started before it is taken, and ServiceAccounts and pull secrets are read anew.
     """
-    view = policy_view(policy)
+    view = policy_view(policy, follow_up=follow_up)
     spec = view.spec
     claims = claimed_elsewhere or {}
     if spec.suspend:
