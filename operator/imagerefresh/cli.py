@@ -687,9 +687,11 @@ def run(
 
 
 def _unservable(what: str, option: str, address: str, port: int, error: OSError) -> CommandFailed:
+    # asyncio words a failed bind its own way; the errno says it as the OS does.
+    reason = os.strerror(error.errno) if error.errno else str(error)
     return CommandFailed(
-        f"cannot serve {what} on {address}:{port} ({error.strerror or error}); give another "
-        f"{option}, or stop what listens there"
+        f"cannot serve {what} on {address}:{port} ({reason}); give another {option}, or stop "
+        "what listens there"
     )
 
 

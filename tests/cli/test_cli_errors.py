@@ -377,3 +377,20 @@ def test_a_failure_is_always_one_line_in_clicks_own_error_style() -> None:
     assert issubclass(CommandFailed, click.ClickException)
     assert CommandFailed("cannot do it:\n  do this").format_message() == "cannot do it: do this"
     assert CouldNotAudit("x").exit_code == AUDIT_UNREADABLE_EXIT
+
+
+def test_run_names_the_liveness_port_it_cannot_serve_on(crd_installed: Cluster) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = cli(
+            "run", "--namespace", "tracebloc", "--bind-address", "127.0.0.1", "--no-scanning",
+            "--metrics-port", str(free_port()), "--liveness-port", str(port), env=crd_installed.env,
+        )  # fmt: skip
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert result.stderr.splitlines()[-1] == (
+        f"Error: cannot serve /healthz on 127.0.0.1:{port} (Address already in use); give "
+        "another --liveness-port, or stop what listens there"
+    )
