@@ -114,7 +114,7 @@ ANNOTATE_EXITS: Exits = (
     _USAGE,
 )
 AUDIT_EXITS: Exits = (
-    (0, "clean: every container running a tracked repository is covered"),
+    (0, "clean: every container a policy declares, or running a tracked repository, is covered"),
     (AUDIT_FINDINGS_EXIT, "findings: each is listed with why and what to do"),
     _USAGE,
     (
