@@ -71,9 +71,12 @@ $(VENV)/.installed-mutation: pyproject.toml | $(VENV)/.installed
 mutation: setup $(VENV)/.installed-mutation
 	$(BIN)/python mutation/run.py $(MUTATION_ARGS)
 
-# The main job, narrated: see e2e/demo.py. Uses $$KUBECONFIG when set, else the local cluster.
+# The main job, narrated, on the bundled local cluster, whatever $$KUBECONFIG says (see
+# e2e/demo.py). DEMO_KUBECONFIG=FILE runs it on that cluster instead (one with kwok nodes), in
+# two namespaces of its own that it deletes afterwards.
+DEMO_KUBECONFIG ?=
 demo: setup binaries
-	$(BIN)/python e2e/demo.py
+	$(BIN)/python e2e/demo.py $(if $(DEMO_KUBECONFIG),--kubeconfig '$(DEMO_KUBECONFIG)')
 
 # Figures against SPEC §10 on its own local environment (.e2e-bench/); see bench/run.py.
 .PHONY: bench

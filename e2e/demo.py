@@ -1,21 +1,37 @@
 """`make demo`: the operator's main job, narrated, on the local cluster and registry.
 
-It brings up the bundled environment (or uses the cluster in KUBECONFIG and a registry of its
-own), installs the CRD, creates the three control-plane workloads of the edge this operator was
-written for, pushes their images, runs `imagerefresh run`, pushes a new jobs-manager digest and
-tells what happens, step by step. It leaves nothing running.
+It brings up the bundled environment, installs the CRD, creates the three control-plane
+workloads of the edge this operator was written for, pushes their images, runs `imagerefresh
+run`, pushes a new jobs-manager digest and tells what happens, step by step. It leaves nothing
+running.
+
+Where it runs is chosen by :func:`choose`, and never by ``$KUBECONFIG``: an SRE's shell usually
+points at a real cluster, and a demo must not write Deployments named like production's into
+it. By default it runs on the bundled cluster (``e2e/local``, its own state in ``.e2e-demo/``)
+and ignores ``$KUBECONFIG`` altogether (:func:`subprocess_env` drops it). Another cluster only
+when named (``make demo DEMO_KUBECONFIG=FILE``, i.e. ``e2e/demo.py --kubeconfig FILE``), and
+there it keeps to what it made itself: two namespaces of its own, created with fresh names
+(never ``tracebloc``), and everything else inside them; the CRD only when it is absent. It
+refuses to start where it would have to touch anything else, and on the way out deletes its
+policy and its namespaces, and the CRD only if it installed it and no policy elsewhere uses it;
+it says what it leaves. (Its pods run on kwok's fake nodes, since its images live in a registry
+on this machine's loopback: such a cluster needs kwok nodes, as ``e2e/local`` has.)
 """
 
 from __future__ import annotations
 
+import argparse
+import functools
 import json
 import os
+import secrets
 import shlex
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +41,42 @@ sys.path.insert(0, str(REPO / "tests"))
 from support.registry_env import ImagePusher, RegistryServer, free_port  # noqa: E402
 
 IMAGEREFRESH = Path(sys.executable).with_name("imagerefresh")
-CP, AGENTS = "tracebloc", "tracebloc-node-agents"
+CRD_NAME = "imagerefreshpolicies.images.tracebloc.io"
+POLICY = "control-plane"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "imagerefresh-demo"}
+# Variables that would point a kubectl, a client or the operator at some cluster.
+CLUSTER_VARIABLES = ("KUBECONFIG", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT")
+
+
+@dataclass(frozen=True)
+class Where:
+    """The cluster the demo runs on and the namespaces it uses there."""
+
+    kubeconfig: Path | None  # None: the bundled local cluster, which the demo starts itself
+    control_plane: str
+    agents: str
+
+    @property
+    def bundled(self) -> bool:
+        return self.kubeconfig is None
+
+
+def choose(kubeconfig: str | None, suffix: str) -> Where:
+    """Where the demo runs: the bundled cluster unless a kubeconfig is named. Nothing from the
+    environment is read here, on purpose."""
+    if kubeconfig is None:
+        # The bundled cluster is the demo's own: the edge's real namespace names read best.
+        return Where(None, "tracebloc", "tracebloc-node-agents")
+    own = f"imagerefresh-demo-{suffix}"
+    return Where(Path(kubeconfig).resolve(), own, f"{own}-agents")
+
+
+def subprocess_env(where: Where, environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment of every process the demo starts: no cluster but the chosen one."""
+    env = {k: v for k, v in environ.items() if k not in CLUSTER_VARIABLES}
+    if where.kubeconfig is not None:
+        env["KUBECONFIG"] = str(where.kubeconfig)
+    return env
 
 
 def say(text: str) -> None:
@@ -37,33 +88,40 @@ def detail(text: str) -> None:
 
 
 class Demo:
-    def __init__(self) -> None:
-        self.env = dict(os.environ)
+    def __init__(self, where: Where) -> None:
+        self.where = where
+        self.env = subprocess_env(where, os.environ)
         bin_dir = subprocess.run(
             [str(REPO / "e2e" / "build-binaries"), "--print-bin-dir"],
             capture_output=True,
             text=True,
             check=True,
+            env=self.env,
         ).stdout.strip()
         self.env["PATH"] = f"{bin_dir}{os.pathsep}{self.env.get('PATH', '')}"  # pinned kubectl
         self.cleanups: list[Callable[[], None]] = []
+        self.left: list[str] = []  # what it leaves behind on purpose, said at the end
+        self.crd_was_installed = False
 
-    def kubectl(self, *args: str, stdin: str | None = None) -> str:
+    def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> str:
         result = subprocess.run(
             ["kubectl", *args],
             input=stdin,
             capture_output=True,
             text=True,
             env=self.env,
-            timeout=120,
+            timeout=180,
         )
-        if result.returncode != 0:
+        if check and result.returncode != 0:
             raise RuntimeError(f"kubectl {' '.join(args)}: {result.stderr.strip()}")
         return result.stdout
 
-    def apply(self, *objects: dict[str, Any]) -> None:
+    def create(self, *objects: dict[str, Any]) -> None:
+        """Create the objects; on a cluster not the demo's own, only ever new ones (`kubectl
+        create` refuses what exists, so nothing of anyone else's is changed)."""
+        verb = ["apply"] if self.where.bundled else ["create"]
         self.kubectl(
-            "apply",
+            *verb,
             "-f",
             "-",
             stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}),
@@ -73,15 +131,17 @@ class Demo:
         return json.loads(self.kubectl("get", *args, "-o", "json"))
 
     def environment(self) -> str:
-        if self.env.get("KUBECONFIG"):
-            say(f"Using the cluster in KUBECONFIG ({self.env['KUBECONFIG']})")
-            server = RegistryServer(Path(tempfile.mkdtemp(prefix="demo-registry-")), free_port())
-            server.start()
-            self.cleanups.append(server.stop)
-            return server.host
+        if not self.where.bundled:
+            return self.other_cluster()
+        given = os.environ.get("KUBECONFIG")
         say(
             "Bringing up the local cluster (etcd, kube-apiserver, controllers, kwok) and a registry"
         )
+        if given:
+            detail(
+                f"$KUBECONFIG ({given}) is not used: the demo runs on a cluster of its own. "
+                "To run it on another cluster, name it: make demo DEMO_KUBECONFIG=FILE"
+            )
         state = str(REPO / ".e2e-demo")
         self.env["IMAGEREFRESH_E2E_STATE"] = state
         up = subprocess.run(
@@ -109,6 +169,64 @@ class Demo:
         detail(self.kubectl("get", "nodes", "--no-headers").strip().replace("\n", "\n    "))
         return self.env["IMAGEREFRESH_TEST_REGISTRY"]
 
+    def other_cluster(self) -> str:
+        """The named cluster, checked before anything is written; its own namespaces made."""
+        where = self.where
+        say(f"Using the cluster named by --kubeconfig ({where.kubeconfig})")
+        self.kubectl("get", "--raw", "/readyz")
+        if not self.kubectl("get", "nodes", "-l", "type=kwok", "-o", "name").strip():
+            raise RuntimeError(
+                "that cluster has no kwok node (label type=kwok): the demo's pods run only on "
+                "kwok's fake nodes, since its images live in a registry on this machine's "
+                "loopback. Nothing was changed; run `make demo` for the bundled cluster"
+            )
+        found = self.kubectl("get", "crd", CRD_NAME, "--ignore-not-found", "-o", "name")
+        self.crd_was_installed = bool(found.strip())
+        for namespace in (where.control_plane, where.agents):
+            self.create(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Namespace",
+                    "metadata": {"name": namespace, "labels": MANAGED_BY},
+                }
+            )
+            self.cleanups.append(functools.partial(self.delete_namespace, namespace))
+        detail(f"its own namespaces, new: {where.control_plane}, {where.agents}")
+        server = RegistryServer(Path(tempfile.mkdtemp(prefix="demo-registry-")), free_port())
+        server.start()
+        self.cleanups.append(server.stop)
+        return server.host
+
+    def delete_namespace(self, namespace: str) -> None:
+        self.kubectl("delete", "namespace", namespace, "--ignore-not-found", "--timeout=120s")
+
+    def install_crd(self) -> None:
+        crd = str(REPO / "crds")
+        if self.where.bundled:
+            self.kubectl("apply", "--server-side", "-f", crd)
+        elif self.crd_was_installed:
+            self.left.append(f"the CRD {CRD_NAME}: it was installed before the demo")
+            detail(f"the CRD {CRD_NAME} is installed already: used as it is, and left")
+        else:
+            self.kubectl("create", "-f", crd)
+            self.cleanups.append(self.uninstall_crd)
+            detail(f"the CRD {CRD_NAME} was not installed: installed (and removed afterwards)")
+        self.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{CRD_NAME}")
+
+    def uninstall_crd(self) -> None:
+        """The CRD the demo installed, unless someone made a policy outside its namespaces
+        meanwhile (deleting a CRD deletes every object of it)."""
+        policies = self.get("irp", "--all-namespaces").get("items") or []
+        others = sorted(
+            f"{p['metadata']['namespace']}/{p['metadata']['name']}"
+            for p in policies
+            if p["metadata"]["namespace"] not in (self.where.control_plane, self.where.agents)
+        )
+        if others:
+            self.left.append(f"the CRD {CRD_NAME}, which policies of others use now: {others}")
+            return
+        self.kubectl("delete", "crd", CRD_NAME, "--ignore-not-found", "--timeout=120s")
+
     def workloads(self, registry: str, digests: dict[str, str]) -> None:
         def template(app: str, containers: dict[str, str]) -> dict[str, Any]:
             # The kubelet would report the digest each tag resolved to; kwok reports what the
@@ -135,14 +253,16 @@ class Demo:
             f"{registry}/tracebloc/{n}:prod"
             for n in ("jobs-manager", "pods-monitor", "resource-monitor")
         )
-        for ns in (CP, AGENTS):
-            self.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        cp, agents = self.where.control_plane, self.where.agents
+        if self.where.bundled:  # elsewhere they were made, new, before anything else
+            for ns in (cp, agents):
+                self.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
 
         def deployment(name: str, containers: dict[str, str]) -> dict[str, Any]:
             return {
                 "apiVersion": "apps/v1",
                 "kind": "Deployment",
-                "metadata": {"name": name, "namespace": CP},
+                "metadata": {"name": name, "namespace": cp},
                 "spec": {
                     "replicas": 1,
                     "selector": {"matchLabels": {"app": name}},
@@ -150,13 +270,13 @@ class Demo:
                 },
             }
 
-        self.apply(
+        self.create(
             deployment("jobs-manager", {"api": jm, "pods-monitor-container": pm}),
             deployment("requests-proxy", {"proxy": jm}),
             {
                 "apiVersion": "apps/v1",
                 "kind": "DaemonSet",
-                "metadata": {"name": "resource-monitor", "namespace": AGENTS},
+                "metadata": {"name": "resource-monitor", "namespace": agents},
                 "spec": {
                     "selector": {"matchLabels": {"app": "resource-monitor"}},
                     "template": template("resource-monitor", {"tracebloc-resource-monitor": rm}),
@@ -164,9 +284,9 @@ class Demo:
             },
         )
         for kind, ns, name in (
-            ("deployment", CP, "jobs-manager"),
-            ("deployment", CP, "requests-proxy"),
-            ("daemonset", AGENTS, "resource-monitor"),
+            ("deployment", cp, "jobs-manager"),
+            ("deployment", cp, "requests-proxy"),
+            ("daemonset", agents, "resource-monitor"),
         ):
             self.kubectl("rollout", "status", "-n", ns, f"{kind}/{name}", "--timeout=120s")
         detail(
@@ -179,7 +299,7 @@ class Demo:
         return {
             "apiVersion": "images.tracebloc.io/v1alpha1",
             "kind": "ImageRefreshPolicy",
-            "metadata": {"name": "control-plane", "namespace": CP},
+            "metadata": {"name": POLICY, "namespace": self.where.control_plane},
             "spec": {
                 "interval": "15m",
                 "targets": [
@@ -199,7 +319,7 @@ class Demo:
                     {
                         "kind": "DaemonSet",
                         "name": "resource-monitor",
-                        "namespace": AGENTS,
+                        "namespace": self.where.agents,
                         "containers": [
                             {
                                 "name": "tracebloc-resource-monitor",
@@ -212,7 +332,7 @@ class Demo:
         }
 
     def status(self) -> dict[str, Any]:
-        return self.get("irp", "-n", CP, "control-plane").get("status") or {}
+        return self.get("irp", "-n", self.where.control_plane, POLICY).get("status") or {}
 
     def wait(
         self, what: str, check: Callable[[dict[str, Any]], bool], timeout: float = 90
@@ -233,14 +353,15 @@ class Demo:
             "annotate",
             "--overwrite",
             "-n",
-            CP,
+            self.where.control_plane,
             "irp",
-            "control-plane",
+            POLICY,
             f"images.tracebloc.io/refresh-now=demo-{time.time():.0f}",
         )
 
     def show_irp(self) -> None:
-        detail(self.kubectl("get", "irp", "-n", CP).rstrip().replace("\n", "\n    "))
+        irp = self.kubectl("get", "irp", "-n", self.where.control_plane)
+        detail(irp.rstrip().replace("\n", "\n    "))
 
     def run(self) -> None:
         registry = self.environment()
@@ -252,16 +373,12 @@ class Demo:
             digests[pushed.reference] = pushed.digest
             detail(f"{pushed.reference} → {pushed.digest[:19]}…")
         say("Creating the CRD and the three control-plane workloads")
-        self.kubectl("apply", "--server-side", "-f", str(REPO / "crds"))
-        self.kubectl(
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            "crd/imagerefreshpolicies.images.tracebloc.io",
-        )
+        self.install_crd()
         self.workloads(registry, digests)
 
         say("Starting the operator: imagerefresh run")
+        if not self.where.bundled:  # cleanups run last first: the operator stops before this
+            self.cleanups.append(self.delete_policy)
         log = open(REPO / ".demo-operator.log", "w")  # noqa: SIM115 - closed in cleanup
         operator = subprocess.Popen(
             [
@@ -270,11 +387,13 @@ class Demo:
                 "json",
                 "run",
                 "--namespace",
-                CP,
+                self.where.control_plane,
                 "--namespace",
-                AGENTS,
+                self.where.agents,
                 "--allow-namespace-pair",
-                f"{CP}={AGENTS}",
+                f"{self.where.control_plane}={self.where.agents}",
+                # Nothing cluster-wide: the CRD exists, the namespaces are named.
+                "--no-scanning",
                 "--insecure-registry",
                 registry,
                 "--metrics-port",
@@ -292,7 +411,7 @@ class Demo:
         detail(f"its structured log: {log.name}")
 
         say("Applying the ImageRefreshPolicy (the README's policy, pointed at the local registry)")
-        self.apply(self.policy(registry))
+        self.create(self.policy(registry))
         status = self.wait("the first tick", lambda s: s.get("phase") == "Current")
         detail(
             "first tick: every tag's digest resolved (one request for the shared jobs-manager "
@@ -330,13 +449,17 @@ class Demo:
             "judges it), with no further tick asked for"
         )
         status = self.wait("the rollouts to settle", lambda s: s.get("phase") == "Current")
-        images = self.get("deployment", "-n", CP, "jobs-manager")["spec"]["template"]["spec"][
-            "containers"
-        ]
+        images = self.get("deployment", "-n", self.where.control_plane, "jobs-manager")["spec"][
+            "template"
+        ]["spec"]["containers"]
         for container in images:
             detail(f"jobs-manager/{container['name']}: {container['image']}")
         events = self.get(
-            "events", "-n", CP, "--field-selector", "involvedObject.name=jobs-manager"
+            "events",
+            "-n",
+            self.where.control_plane,
+            "--field-selector",
+            "involvedObject.name=jobs-manager",
         )
         for event in events["items"]:
             if (
@@ -350,16 +473,36 @@ class Demo:
             "served both), resource-monitor stayed put; nothing is left running."
         )
 
+    def delete_policy(self) -> None:
+        self.kubectl("delete", "irp", POLICY, "-n", self.where.control_plane, "--ignore-not-found")
+
     def close(self) -> None:
         for cleanup in reversed(self.cleanups):
             try:
                 cleanup()
             except Exception as error:
                 print(f"cleanup: {error}", file=sys.stderr)
+                self.left.append(f"what that cleanup step would have removed ({error})")
+        if self.where.bundled:
+            return
+        where = f"{self.where.control_plane} and {self.where.agents}"
+        say(f"Cleaned up: the policy and the namespaces {where} are deleted")
+        for what in self.left:
+            detail(f"left: {what}")
+        if not self.left:
+            detail("left: nothing")
 
 
-def main() -> int:
-    demo = Demo()
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="Run on this cluster instead of the bundled one (never taken from $KUBECONFIG), "
+        "in two namespaces of its own, removed afterwards; it needs kwok nodes",
+    )
+    args = parser.parse_args(argv)
+    demo = Demo(choose(args.kubeconfig, secrets.token_hex(3)))
     try:
         demo.run()
         return 0

@@ -15,13 +15,22 @@ from imagerefresh.audit import (
     audit,
 )
 from imagerefresh.models import PolicySpec
+from imagerefresh.planner import NamespacePolicy
 
 D1 = "sha256:" + "1" * 64
 JM = "tracebloc/jobs-manager:prod"
 
 
-def policy(name: str, *targets: dict[str, Any], namespace: str = "tracebloc") -> AuditedPolicy:
-    return AuditedPolicy(namespace, name, PolicySpec.model_validate({"targets": list(targets)}))
+def policy(
+    name: str, *targets: dict[str, Any], namespace: str = "tracebloc", **spec: Any
+) -> AuditedPolicy:
+    parsed = PolicySpec.model_validate({"targets": list(targets), **spec})
+    return AuditedPolicy(namespace, name, parsed)
+
+
+def allowing(*pairs: str) -> Any:
+    """The operator's reach with these --allow-namespace-pair values (the CLI passes it)."""
+    return NamespacePolicy(frozenset(tuple(pair.split("=")) for pair in pairs)).allows  # type: ignore[misc]
 
 
 def target(name: str, kind: str = "Deployment", namespace: str | None = None, **images: str) -> Any:
@@ -197,7 +206,7 @@ def test_a_workload_is_matched_by_kind_namespace_and_name() -> None:
         workload("rm", "Deployment", "agents", m=JM),  # same name, another kind
         workload("rm", "DaemonSet", "tracebloc", m=JM),  # same name, the policy's namespace
     ]
-    assert kinds(audit([cross], live)) == [
+    assert kinds(audit([cross], live, reachable=allowing("tracebloc=agents"))) == [
         ("uncovered", "DaemonSet tracebloc/rm", "m"),
         ("uncovered", "Deployment agents/rm", "m"),
     ]
@@ -219,8 +228,9 @@ def test_namespaces_restrict_the_workloads_and_the_targets_judged() -> None:
         "control-plane", target("jobs-manager", api=JM), target("rm", "DaemonSet", "agents", m=JM)
     )
     live = [workload("other", "Deployment", "agents", x=JM), workload("jobs-manager", api=JM)]
-    assert kinds(audit([cross], live, namespaces=frozenset({"tracebloc"}))) == []
-    assert kinds(audit([cross], live, namespaces=frozenset({"agents"}))) == [
+    reach = allowing("tracebloc=agents")
+    assert kinds(audit([cross], live, namespaces=frozenset({"tracebloc"}), reachable=reach)) == []
+    assert kinds(audit([cross], live, namespaces=frozenset({"agents"}), reachable=reach)) == [
         ("missing-workload", "DaemonSet agents/rm", "m"),
         ("uncovered", "Deployment agents/other", "x"),
     ]
@@ -329,7 +339,8 @@ def test_every_target_is_judged_whatever_the_ones_before_it_found() -> None:
         target("b", api=JM),
     )
     live = [workload("a", sidecar=JM), workload("b", api="mirror.example/x:1")]
-    assert kinds(audit([several], live, namespaces=frozenset({"tracebloc"}))) == [
+    reach = allowing("tracebloc=elsewhere")
+    assert kinds(audit([several], live, namespaces=frozenset({"tracebloc"}), reachable=reach)) == [
         ("missing-container", "Deployment tracebloc/a", "api"),
         ("other-repository", "Deployment tracebloc/b", "api"),
         ("missing-workload", "Deployment tracebloc/gone", "api"),
@@ -343,3 +354,282 @@ def test_a_nameless_container_is_read_with_an_empty_name() -> None:
         "spec": {"template": {"spec": {"containers": [{"image": "busybox:1"}]}}},
     }
     assert AuditedWorkload.from_api(obj).containers == (AuditedContainer("", "busybox:1"),)
+
+
+# --- what the operator will never refresh, though a policy declares it ------------------------
+
+LIVE_JM = workload("jobs-manager", api=JM, pods=JM)
+TENANT = policy("tenant", target("jobs-manager", "Deployment", "tracebloc", api=JM), namespace="t")
+REACH_CASES = [
+    pytest.param(
+        [CONTROL_PLANE, policy("second", target("jobs-manager", api=JM))],
+        None,
+        None,
+        [
+            ("conflict", "Deployment tracebloc/jobs-manager", "api"),
+            ("conflict", "Deployment tracebloc/jobs-manager", "api"),
+            ("uncovered", "Deployment tracebloc/jobs-manager", "pods"),
+        ],
+        id="two-policies-one-container-conflict-on-both",
+    ),
+    pytest.param(
+        [
+            policy("a", target("jobs-manager", api=JM, pods=JM)),
+            policy("b", target("jobs-manager", pods=JM)),
+        ],
+        None,
+        None,
+        [
+            ("conflict", "Deployment tracebloc/jobs-manager", "api"),  # the target as a whole
+            ("conflict", "Deployment tracebloc/jobs-manager", "pods"),
+            ("conflict", "Deployment tracebloc/jobs-manager", "pods"),
+        ],
+        id="one-contested-container-holds-its-whole-target",
+    ),
+    pytest.param(
+        [
+            policy(
+                "twice",
+                target("jobs-manager", api=JM),
+                target("jobs-manager", "Deployment", "tracebloc", pods=JM),
+            )
+        ],
+        None,
+        None,
+        [
+            ("conflict", "Deployment tracebloc/jobs-manager", "api"),
+            ("conflict", "Deployment tracebloc/jobs-manager", "pods"),
+        ],
+        id="one-policy-twice-after-namespace-defaulting",
+    ),
+    pytest.param(
+        [policy("cp", target("jobs-manager", api=JM, pods=JM), suspend=True)],
+        None,
+        None,
+        [
+            ("suspended", "Deployment tracebloc/jobs-manager", "api"),
+            ("suspended", "Deployment tracebloc/jobs-manager", "pods"),
+        ],
+        id="suspended",
+    ),
+    pytest.param(
+        [policy("cp", target("jobs-manager", api=JM, pods=JM), dryRun=True)],
+        None,
+        None,
+        [
+            ("dry-run", "Deployment tracebloc/jobs-manager", "api"),
+            ("dry-run", "Deployment tracebloc/jobs-manager", "pods"),
+        ],
+        id="dry-run",
+    ),
+    pytest.param(
+        [policy("cp", target("jobs-manager", api=JM, pods=JM), dryRun=True, suspend=True)],
+        None,
+        None,
+        [
+            ("suspended", "Deployment tracebloc/jobs-manager", "api"),
+            ("suspended", "Deployment tracebloc/jobs-manager", "pods"),
+        ],
+        id="suspended-before-dry-run",
+    ),
+    pytest.param(
+        [
+            policy("active", target("jobs-manager", api=JM, pods=JM)),
+            policy("paused", target("jobs-manager", pods=JM), suspend=True),
+        ],
+        None,
+        None,
+        [
+            ("conflict", "Deployment tracebloc/jobs-manager", "api"),
+            ("conflict", "Deployment tracebloc/jobs-manager", "pods"),
+            ("suspended", "Deployment tracebloc/jobs-manager", "pods"),
+        ],
+        id="a-suspended-policy-still-claims",
+    ),
+    pytest.param(
+        [policy("cp", target("jobs-manager", api=JM, pods=JM), dryRun=True), CONTROL_PLANE],
+        None,
+        None,
+        [
+            ("conflict", "Deployment tracebloc/jobs-manager", "api"),
+            ("conflict", "Deployment tracebloc/jobs-manager", "api"),
+            ("conflict", "Deployment tracebloc/jobs-manager", "pods"),
+        ],
+        id="conflict-before-dry-run",
+    ),
+    pytest.param(
+        [TENANT],
+        None,
+        None,
+        [("out-of-reach", "Deployment tracebloc/jobs-manager", "api")],  # pods: nobody tracks
+        id="beyond-the-allow-list",
+    ),
+    pytest.param(
+        [TENANT],
+        "t=tracebloc",
+        None,
+        [("uncovered", "Deployment tracebloc/jobs-manager", "pods")],
+        id="within-the-allow-list",
+    ),
+    pytest.param(
+        [TENANT],
+        "t=*",
+        None,
+        [("uncovered", "Deployment tracebloc/jobs-manager", "pods")],
+        id="within-a-wildcard-pair",
+    ),
+    pytest.param(
+        [TENANT, policy("owner", target("jobs-manager", api=JM, pods=JM))],
+        None,
+        None,
+        [("out-of-reach", "Deployment tracebloc/jobs-manager", "api")],
+        id="beyond-reach-claims-nothing-from-the-owner",
+    ),
+    pytest.param(
+        [TENANT, policy("owner", target("jobs-manager", api=JM, pods=JM))],
+        None,
+        {"tracebloc"},
+        [],
+        id="beyond-reach-is-not-the-owners-finding",
+    ),
+    pytest.param(
+        [TENANT, policy("owner", target("jobs-manager", api=JM, pods=JM))],
+        None,
+        {"t"},
+        [("out-of-reach", "Deployment tracebloc/jobs-manager", "api")],
+        id="beyond-reach-is-the-tenants-finding",
+    ),
+    pytest.param(
+        [policy("tenant", target("elsewhere", api=JM), namespace="t")],
+        None,
+        {"tracebloc"},
+        [],
+        id="beyond-reach-tracking-makes-nobody-uncovered",
+    ),
+    pytest.param(
+        [
+            CONTROL_PLANE,
+            AuditedPolicy(
+                "tracebloc",
+                "broken",
+                None,
+                "bad",
+                (("Deployment", "tracebloc", "jobs-manager", "api"),),
+            ),
+        ],
+        None,
+        None,
+        [
+            ("conflict", "Deployment tracebloc/jobs-manager", "api"),
+            ("uncovered", "Deployment tracebloc/jobs-manager", "pods"),
+            ("invalid-policy", "ImageRefreshPolicy tracebloc/broken", "-"),
+        ],
+        id="an-unreadable-policy-still-claims",
+    ),
+    pytest.param(
+        [
+            CONTROL_PLANE,
+            AuditedPolicy(
+                "t", "broken", None, "bad", (("Deployment", "tracebloc", "jobs-manager", "api"),)
+            ),
+        ],
+        None,
+        None,
+        [
+            ("uncovered", "Deployment tracebloc/jobs-manager", "pods"),
+            ("invalid-policy", "ImageRefreshPolicy t/broken", "-"),
+        ],
+        id="an-unreadable-policy-claims-only-within-reach",
+    ),
+]
+
+
+@pytest.mark.parametrize(("policies", "pairs", "audited", "expected"), REACH_CASES)
+def test_only_a_container_one_reaching_running_policy_declares_is_covered(
+    policies: list[AuditedPolicy],
+    pairs: str | None,
+    audited: set[str] | None,
+    expected: list[tuple[str, str, str]],
+) -> None:
+    found = audit(
+        policies,
+        [LIVE_JM],
+        namespaces=frozenset(audited) if audited is not None else None,
+        reachable=allowing(pairs) if pairs else allowing(),
+    )
+    assert kinds(found) == expected
+
+
+def test_the_default_reach_is_the_policys_own_namespace() -> None:
+    assert kinds(audit([TENANT], [LIVE_JM])) == [
+        ("out-of-reach", "Deployment tracebloc/jobs-manager", "api")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("policies", "detail"),
+    [
+        (
+            [policy("cp", target("jobs-manager", api=JM), suspend=True)],
+            "policy tracebloc/cp is suspended: it refreshes nothing; set spec.suspend to false, "
+            "or move the container to a policy that runs",
+        ),
+        (
+            [policy("cp", target("jobs-manager", api=JM), dryRun=True)],
+            "policy tracebloc/cp is dryRun: it reports what it would do and never patches; set "
+            "spec.dryRun to false when its plan is what you want",
+        ),
+        (
+            [TENANT],
+            "policy t/tenant may not reach namespace tracebloc: the operator's allow-list has no "
+            "pair t=tracebloc, so it is never refreshed; allow the pair in the operator's "
+            "configuration, or declare it in a policy in tracebloc",
+        ),
+        (
+            [
+                policy("b", target("jobs-manager", api=JM)),
+                policy("a", target("jobs-manager", api=JM)),
+            ],
+            "container 'api' is declared by policy tracebloc/a and by tracebloc/b, so this target "
+            "is never refreshed; one container, one policy: remove it from all but one",
+        ),
+        (
+            [
+                policy(
+                    "p",
+                    target("jobs-manager", api=JM),
+                    target("jobs-manager", "Deployment", "tracebloc", api=JM),
+                )
+            ],
+            "policy tracebloc/p targets Deployment tracebloc/jobs-manager more than once (after "
+            "defaulting the namespace), so neither is refreshed; declare each workload once",
+        ),
+    ],
+)
+def test_each_reason_a_declared_container_is_never_refreshed_says_what_to_do(
+    policies: list[AuditedPolicy], detail: str
+) -> None:
+    found = audit(policies, [workload("jobs-manager", api=JM)])
+    assert found
+    assert found[0].detail == detail
+    assert found[0].image == JM  # as it runs
+
+
+def test_a_dry_run_target_is_judged_on_its_workload_first() -> None:
+    dry = policy("cp", target("jobs-manager", api=JM), target("gone", api=JM), dryRun=True)
+    live = [workload("jobs-manager", api="mirror.example/x:1")]
+    assert kinds(audit([dry], live)) == [
+        ("missing-workload", "Deployment tracebloc/gone", "api"),
+        ("other-repository", "Deployment tracebloc/jobs-manager", "api"),
+    ]
+
+
+def test_a_finding_shows_the_live_image_where_it_was_read_and_a_dash_where_not() -> None:
+    paused = policy("cp", target("jobs-manager", api=JM, migrate=JM), suspend=True)
+    live = [workload("jobs-manager", init={"migrate": f"tracebloc/jobs-manager@{D1}"}, api=JM)]
+    assert [(f.container, f.image) for f in audit([paused], live)] == [
+        ("api", JM),
+        ("migrate (init)", f"tracebloc/jobs-manager@{D1}"),
+    ]
+    (unread,) = audit([TENANT], [LIVE_JM], namespaces=frozenset({"t"}))  # tracebloc not read
+    assert (unread.kind, unread.container, unread.image) == (FindingKind.OUT_OF_REACH, "api", "-")

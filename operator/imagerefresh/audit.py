@@ -1,35 +1,54 @@
-"""Coverage: which workloads run what the policies track without being in one, and which
-policy targets no longer run what they track — the "quietly broken, because nobody listed
-them" case. A pure function of what ``imagerefresh audit`` read; the CLI does the reading.
+"""Coverage: which containers the operator will never refresh, and why — the "quietly broken,
+because nobody listed them" case. A pure function of what ``imagerefresh audit`` read; the CLI
+does the reading.
 
-Every container (and init container) of every Deployment, DaemonSet and StatefulSet read is
-compared, by normalised repository (``nginx`` is ``docker.io/library/nginx``), with every
-container every readable policy declares (a target's namespace defaulting to its policy's):
+A container is *covered* when exactly one policy that may reach it declares it (a target's
+namespace defaulting to its policy's; reaching another namespace takes the operator's
+allow-list, which the caller passes as ``reachable``), that policy is neither suspended nor
+``dryRun``, and the workload runs the tracked repository. A Locked target is still covered: it
+waits for a person's reset, and says so in its status. Everything else is a finding that says
+why, judged as the operator's planner does, in its order:
 
-- ``uncovered``: it runs a repository some policy tracks, but no policy declares it;
-- ``mutable`` (only when asked): it runs a tag with no digest and no policy declares it;
-- ``other-repository``: a policy declares it, but it runs another repository (never refreshed);
+- ``suspended``: the declaring policy is suspended (it refreshes nothing);
+- ``out-of-reach``: the policy may not reach the target's namespace (the allow-list);
+- ``conflict``: the target is declared twice by its policy (after namespace defaulting), or one
+  of its containers by another policy that may reach it — the operator refreshes none of the
+  target's containers then (two writers would write them in turns);
 - ``missing-workload`` / ``missing-container``: a policy declares what does not exist;
-- ``invalid-policy``: a policy whose spec cannot be read tracks nothing.
+- ``other-repository``: a policy declares it, but it runs another repository (never refreshed);
+- ``dry-run``: the declaring policy only reports (``dryRun``), it never patches;
+- ``uncovered``: it runs a repository that a policy which may reach it tracks, but no policy
+  that may reach it declares it;
+- ``mutable`` (only when asked): it runs a tag with no digest and no policy declares it;
+- ``invalid-policy``: a policy whose spec cannot be read tracks nothing (yet still claims what
+  can be read of its targets, as the operator's claim index does).
+
+A declaration beyond a policy's reach has no effect on anyone else: it claims nothing (no
+``conflict`` for the rightful owner), covers nothing, and makes nobody's container
+``uncovered``; it is reported only where the policy itself is audited.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from imagerefresh.models import PolicySpec
+from imagerefresh.models import PolicySpec, TargetSpec
 from imagerefresh.reference import InvalidReference, parse
 
 __all__ = [
     "AuditedContainer",
     "AuditedPolicy",
     "AuditedWorkload",
+    "Claim",
     "Finding",
     "FindingKind",
+    "Reachable",
     "audit",
+    "same_namespace_only",
 ]
 
 WORKLOAD_KINDS = ("Deployment", "DaemonSet", "StatefulSet")
@@ -42,6 +61,10 @@ class FindingKind(StrEnum):
     MISSING_WORKLOAD = "missing-workload"
     MISSING_CONTAINER = "missing-container"
     INVALID_POLICY = "invalid-policy"
+    CONFLICT = "conflict"
+    SUSPENDED = "suspended"
+    DRY_RUN = "dry-run"
+    OUT_OF_REACH = "out-of-reach"
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,14 +96,18 @@ class AuditedWorkload:
         return f"{self.kind} {self.namespace}/{self.name}"
 
 
+Claim = tuple[str, str, str, str]  # kind, namespace (defaulted), workload, container
+
+
 @dataclass(frozen=True, slots=True)
 class AuditedPolicy:
-    """A policy as read: its spec, or why it could not be read."""
+    """A policy as read: its spec, or why it could not be read and what it still names."""
 
     namespace: str
     name: str
     spec: PolicySpec | None
     error: str | None = None
+    claims: tuple[Claim, ...] = ()  # of an unreadable spec: the containers it still names
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}"
@@ -104,7 +131,35 @@ class Finding:
         }
 
 
-_Key = tuple[str, str, str, str]  # kind, namespace, workload, container
+# (policy namespace, target namespace) → may a policy there reach workloads there?
+Reachable = Callable[[str, str], bool]
+
+
+def same_namespace_only(policy_namespace: str, target_namespace: str) -> bool:
+    """The operator's reach with an empty allow-list."""
+    return policy_namespace == target_namespace
+
+
+_Workload = tuple[str, str, str]  # kind, namespace, name
+
+
+@dataclass(frozen=True, slots=True)
+class _Declared:
+    """One target of one readable policy, its namespace defaulted."""
+
+    policy: AuditedPolicy
+    spec: PolicySpec
+    target: TargetSpec
+    kind: str
+    namespace: str
+
+    @property
+    def key(self) -> _Workload:
+        return self.kind, self.namespace, self.target.name
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind} {self.namespace}/{self.target.name}"
 
 
 def _repository(image: str) -> str | None:
@@ -114,15 +169,44 @@ def _repository(image: str) -> str | None:
         return None
 
 
+def _declared(policies: Iterable[AuditedPolicy]) -> list[_Declared]:
+    return [
+        _Declared(
+            policy, policy.spec, target, str(target.kind), target.namespace or policy.namespace
+        )
+        for policy in sorted(policies, key=str)
+        if policy.spec is not None
+        for target in policy.spec.targets
+    ]
+
+
+def _claims(
+    declared: list[_Declared], policies: list[AuditedPolicy], reachable: Reachable
+) -> dict[Claim, set[str]]:
+    """Every container claimed, by the policies claiming it: only from within their reach."""
+    claims: dict[Claim, set[str]] = {}
+    for entry in declared:
+        if reachable(entry.policy.namespace, entry.namespace):
+            for container in entry.target.containers:
+                claims.setdefault((*entry.key, container.name), set()).add(str(entry.policy))
+    for policy in policies:
+        for claim in policy.claims if policy.spec is None else ():
+            if reachable(policy.namespace, claim[1]):
+                claims.setdefault(claim, set()).add(str(policy))
+    return claims
+
+
 def audit(
     policies: Iterable[AuditedPolicy],
     workloads: Iterable[AuditedWorkload],
     *,
     namespaces: frozenset[str] | None = None,
     all_mutable: bool = False,
+    reachable: Reachable = same_namespace_only,
 ) -> list[Finding]:
     """Every finding, sorted by workload and container. ``namespaces``: the audited ones (None:
-    all); targets elsewhere are not judged, since their workloads were not read."""
+    all); targets elsewhere are not judged, since their workloads were not read (a declaration
+    beyond its policy's reach is judged where its policy is)."""
     policies = list(policies)
     in_scope = [w for w in workloads if namespaces is None or w.namespace in namespaces]
     findings = [
@@ -136,31 +220,163 @@ def audit(
         for p in policies
         if p.spec is None
     ]
-    declared: dict[_Key, tuple[AuditedPolicy, str]] = {}  # → (policy, tracked repository)
-    trackers: dict[str, str] = {}  # tracked repository → the first policy tracking it
-    for policy in sorted((p for p in policies if p.spec is not None), key=str):
-        assert policy.spec is not None
-        for target in policy.spec.targets:
-            namespace = target.namespace or policy.namespace
-            for spec in target.containers:
-                repository = spec.tracked.repository
-                key = (str(target.kind), namespace, target.name, spec.name)
-                declared.setdefault(key, (policy, repository))
-                trackers.setdefault(repository, str(policy))
+    declared = _declared(policies)
+    claims = _claims(declared, policies, reachable)
     by_key = {(w.kind, w.namespace, w.name): w for w in in_scope}
-    findings += _targets(declared, by_key, namespaces)
+    judge = _Judge(claims, by_key, reachable, Counter((str(d.policy), d.key) for d in declared))
+    for entry in declared:
+        judged_at = entry.namespace if judge.reaches(entry) else entry.policy.namespace
+        if namespaces is None or judged_at in namespaces:
+            findings += judge.target(entry)
+    # Declared where its policy may reach: judged above. Anything else is undeclared.
+    declaring = {
+        (*entry.key, container.name)
+        for entry in declared
+        if judge.reaches(entry)
+        for container in entry.target.containers
+    }
+    trackers: dict[str, dict[str, str]] = {}  # per namespace
     for workload in in_scope:
         for container in workload.containers:
             key = (workload.kind, workload.namespace, workload.name, container.name)
-            if key not in declared:
-                finding = _undeclared(workload, container, trackers, all_mutable)
-                if finding is not None:
-                    findings.append(finding)
+            if key in declaring:
+                continue
+            if workload.namespace not in trackers:
+                trackers[workload.namespace] = _trackers(declared, workload.namespace, reachable)
+            finding = _undeclared(workload, container, trackers[workload.namespace], all_mutable)
+            if finding is not None:
+                findings.append(finding)
     return sorted(findings)
+
+
+def _trackers(declared: list[_Declared], namespace: str, reachable: Reachable) -> dict[str, str]:
+    """Tracked repository → the first policy (by name) tracking it that may reach
+    ``namespace``: a policy that could never refresh a workload there says nothing about it."""
+    trackers: dict[str, str] = {}
+    for entry in declared:
+        if reachable(entry.policy.namespace, namespace):
+            for spec in entry.target.containers:
+                trackers.setdefault(spec.tracked.repository, str(entry.policy))
+    return trackers
 
 
 def _label(container: AuditedContainer) -> str:
     return f"{container.name} (init)" if container.init else container.name
+
+
+@dataclass(frozen=True, slots=True)
+class _Judge:
+    """Judges each declared target as the planner would: the first reason it is never
+    refreshed, for each of its containers."""
+
+    claims: Mapping[Claim, set[str]]
+    workloads: Mapping[_Workload, AuditedWorkload]
+    reachable: Reachable
+    targeted: Counter[tuple[str, _Workload]]  # (policy, workload) → how often it targets it
+
+    def reaches(self, entry: _Declared) -> bool:
+        return self.reachable(entry.policy.namespace, entry.namespace)
+
+    def target(self, entry: _Declared) -> list[Finding]:
+        workload = self.workloads.get(entry.key)
+        why = self._policy_wide(entry)
+        if why is not None:
+            kind, detail = why
+            return [
+                self._as_it_runs(workload, c.name, kind, entry.label, detail)
+                for c in entry.target.containers
+            ]
+        if workload is None:
+            detail = (
+                f"policy {entry.policy} targets it, but it does not exist; create it or fix "
+                "the policy"
+            )
+            return [
+                Finding(entry.label, c.name, FindingKind.MISSING_WORKLOAD, "-", detail)
+                for c in entry.target.containers
+            ]
+        found = [self._container(entry, workload, c.name) for c in entry.target.containers]
+        return [finding for finding in found if finding is not None]
+
+    @staticmethod
+    def _as_it_runs(
+        workload: AuditedWorkload | None, name: str, kind: FindingKind, label: str, detail: str
+    ) -> Finding:
+        """The finding, with the container's live image when its workload was read."""
+        live = next((c for c in workload.containers if c.name == name), None) if workload else None
+        if live is None:
+            return Finding(label, name, kind, "-", detail)
+        return Finding(label, _label(live), kind, live.image or "-", detail)
+
+    def _policy_wide(self, entry: _Declared) -> tuple[FindingKind, str] | None:
+        """Why no container of the target is ever refreshed, whatever the workload runs."""
+        policy = entry.policy
+        if entry.spec.suspend:
+            return (
+                FindingKind.SUSPENDED,
+                f"policy {policy} is suspended: it refreshes nothing; set spec.suspend to false, "
+                "or move the container to a policy that runs",
+            )
+        if not self.reaches(entry):
+            return (
+                FindingKind.OUT_OF_REACH,
+                f"policy {policy} may not reach namespace {entry.namespace}: the operator's "
+                f"allow-list has no pair {policy.namespace}={entry.namespace}, so it is never "
+                "refreshed; allow the pair in the operator's configuration, or declare it in a "
+                f"policy in {entry.namespace}",
+            )
+        if self.targeted[(str(policy), entry.key)] > 1:
+            return (
+                FindingKind.CONFLICT,
+                f"policy {policy} targets {entry.label} more than once (after defaulting the "
+                "namespace), so neither is refreshed; declare each workload once",
+            )
+        for container in entry.target.containers:
+            others = sorted(self.claims.get((*entry.key, container.name), set()) - {str(policy)})
+            if others:
+                return (
+                    FindingKind.CONFLICT,
+                    f"container {container.name!r} is declared by policy {policy} and by "
+                    f"{', '.join(others)}, so this target is never refreshed; one container, "
+                    "one policy: remove it from all but one",
+                )
+        return None
+
+    def _container(self, entry: _Declared, workload: AuditedWorkload, name: str) -> Finding | None:
+        policy, label = entry.policy, entry.label
+        live = next((c for c in workload.containers if c.name == name), None)
+        if live is None:
+            names = ", ".join(c.name for c in workload.containers) or "none"
+            return Finding(
+                label,
+                name,
+                FindingKind.MISSING_CONTAINER,
+                "-",
+                f"policy {policy} declares this container, but the pod template has: {names}; "
+                "fix the policy",
+            )
+        tracked = next(c for c in entry.target.containers if c.name == name).tracked.repository
+        repository = _repository(live.image)
+        if repository != tracked:
+            runs = repository or f"an unreadable image {live.image!r}"
+            return Finding(
+                label,
+                _label(live),
+                FindingKind.OTHER_REPOSITORY,
+                live.image or "-",
+                f"policy {policy} tracks {tracked}, but it runs {runs}: imagerefresh never "
+                "changes repositories, so it is never refreshed; fix the policy or the workload",
+            )
+        if entry.spec.dry_run:
+            return Finding(
+                label,
+                _label(live),
+                FindingKind.DRY_RUN,
+                live.image,
+                f"policy {policy} is dryRun: it reports what it would do and never patches; "
+                "set spec.dryRun to false when its plan is what you want",
+            )
+        return None
 
 
 def _undeclared(
@@ -201,57 +417,3 @@ def _undeclared(
             "what it runs can change under it; add it to a policy or pin a digest",
         )
     return None
-
-
-def _targets(
-    declared: Mapping[_Key, tuple[AuditedPolicy, str]],
-    workloads: Mapping[tuple[str, str, str], AuditedWorkload],
-    namespaces: frozenset[str] | None,
-) -> list[Finding]:
-    findings = []
-    for (kind, namespace, name, container), (policy, tracked) in declared.items():
-        if namespaces is not None and namespace not in namespaces:
-            continue
-        label = f"{kind} {namespace}/{name}"
-        workload = workloads.get((kind, namespace, name))
-        if workload is None:
-            findings.append(
-                Finding(
-                    label,
-                    container,
-                    FindingKind.MISSING_WORKLOAD,
-                    "-",
-                    f"policy {policy} targets it, but it does not exist; create it or fix the "
-                    "policy",
-                )
-            )
-            continue
-        live = next((c for c in workload.containers if c.name == container), None)
-        if live is None:
-            names = ", ".join(c.name for c in workload.containers) or "none"
-            findings.append(
-                Finding(
-                    label,
-                    container,
-                    FindingKind.MISSING_CONTAINER,
-                    "-",
-                    f"policy {policy} declares this container, but the pod template has: "
-                    f"{names}; fix the policy",
-                )
-            )
-            continue
-        repository = _repository(live.image)
-        if repository != tracked:
-            runs = repository or f"an unreadable image {live.image!r}"
-            findings.append(
-                Finding(
-                    label,
-                    _label(live),
-                    FindingKind.OTHER_REPOSITORY,
-                    live.image or "-",
-                    f"policy {policy} tracks {tracked}, but it runs {runs}: imagerefresh never "
-                    "changes repositories, so it is never refreshed; fix the policy or the "
-                    "workload",
-                )
-            )
-    return findings

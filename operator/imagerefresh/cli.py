@@ -6,19 +6,28 @@ outside its windows, once); ``audit`` lists what no policy covers; ``migrate-cro
 edge's image-refresh CronJob with a policy; ``resolve`` asks a registry for a tag's digest
 exactly as the operator does, so an SRE can see what a tick would pin and what the registry
 says about the pull budget.
+
+Every command fails the same way: one line, ``Error: …``, saying what went wrong and what to
+do, and an exit status listed in its ``--help`` (``Exit status``). 0 is success, 1 a failure,
+2 a usage error (click's own) for every command; ``audit`` (1: findings, 3: could not audit)
+and ``run`` (4: leadership lost) add their own, and no status means two things within one
+command. The one-shot commands (all but ``run``) were run by a person with their own
+kubeconfig: their Kubernetes errors are worded for that (:meth:`KubeError.for_one_shot`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import os
 import sys
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import click
 import kopf
@@ -61,6 +70,131 @@ __all__ = ["main"]
 
 INSECURE_ENV = "IMAGEREFRESH_INSECURE_REGISTRIES"
 SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+LOG_LEVEL_ENV = "IMAGEREFRESH_LOG_LEVEL"
+LOG_FORMAT_ENV = "IMAGEREFRESH_LOG_FORMAT"
+
+# Exit statuses (each command's --help lists its own; the README's "Exit statuses" too).
+FAILED_EXIT = 1  # click.ClickException's own
+USAGE_EXIT = 2  # click.UsageError's own
+AUDIT_FINDINGS_EXIT = 1  # for CI, as `kubectl diff` does: 1 means "found something"
+# audit could not read what it needs: never "clean" on what it missed.
+AUDIT_UNREADABLE_EXIT = 3
+# A deposed leader's exit status: the Deployment restarts it, as a candidate.
+LEADERSHIP_LOST_EXIT = 4
+
+Exits = tuple[tuple[int, str], ...]
+_USAGE = (USAGE_EXIT, "usage: the command line is wrong (the message says which part)")
+RESOLVE_EXITS: Exits = (
+    (0, "the digest is printed (stdout), and the registry's rate-limit report (stderr)"),
+    (FAILED_EXIT, "the registry did not tell the digest, or --docker-config cannot be read"),
+    _USAGE,
+)
+RUN_EXITS: Exits = (
+    (0, "stopped (SIGTERM or SIGINT)"),
+    (FAILED_EXIT, "could not start (no usable kubeconfig, no API server, a port in use)"),
+    _USAGE,
+    (
+        LEADERSHIP_LOST_EXIT,
+        "leadership lost (--leader-elect): it stopped writing at once; its Deployment "
+        "restarts it as a candidate",
+    ),
+)
+PLAN_EXITS: Exits = (
+    (0, "the plan is printed; nothing was changed"),
+    (
+        FAILED_EXIT,
+        "no plan: no such policy, its spec or status cannot be read, or the API "
+        "server refused or did not answer",
+    ),
+    _USAGE,
+)
+ANNOTATE_EXITS: Exits = (
+    (0, "asked: the annotation is set, and the operator ticks the policy at once"),
+    (FAILED_EXIT, "not asked: no such policy, not allowed to patch it, or no API server"),
+    _USAGE,
+)
+AUDIT_EXITS: Exits = (
+    (0, "clean: every container a policy declares, or running a tracked repository, is covered"),
+    (AUDIT_FINDINGS_EXIT, "findings: each is listed with why and what to do"),
+    _USAGE,
+    (
+        AUDIT_UNREADABLE_EXIT,
+        "could not audit: no such namespace (or not allowed to tell), not allowed to list "
+        "what it needs, or no API server; nothing it could not read is called clean",
+    ),
+)
+MIGRATE_EXITS: Exits = (
+    (0, "printed (without --apply or --revert), applied, reverted, or nothing to change"),
+    (
+        FAILED_EXIT,
+        "refused or failed: the message names what it cannot read or change, and "
+        "nothing after that step was written (run it again once that is fixed)",
+    ),
+    _USAGE,
+)
+
+
+class CommandFailed(click.ClickException):
+    """A command could not do its job: one line, ``Error: …``, saying what to do."""
+
+    exit_code = FAILED_EXIT
+
+    def __init__(self, message: str) -> None:
+        super().__init__(" ".join(message.split()))
+
+
+class CouldNotAudit(CommandFailed):
+    """``audit`` could not read what it needs: never "clean" (0) nor "findings" (1)."""
+
+    exit_code = AUDIT_UNREADABLE_EXIT
+
+
+class _Command(click.Command):
+    """A command whose --help ends with its exit statuses."""
+
+    def __init__(self, *args: Any, exits: Exits = (), **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.exits = exits
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        if self.exits:
+            with formatter.section("Exit status"):
+                formatter.write_dl([(str(code), meaning) for code, meaning in self.exits])
+        super().format_epilog(ctx, formatter)
+
+
+class _Group(click.Group):
+    command_class = _Command
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def one_shot(failure: type[CommandFailed] = CommandFailed) -> Callable[[F], F]:
+    """The command's failures as one line saying what to do, with ``failure``'s exit status:
+    every Kubernetes error worded for a person who ran a command (not for the operator's log)."""
+
+    def wrap(command: F) -> F:
+        @functools.wraps(command)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            # The client's retry warnings end in the one error line below, which says it all;
+            # asked for (--log-level INFO or DEBUG), they are still logged.
+            if logging.getLogger().level >= logging.WARNING:
+                logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
+            try:
+                return command(*args, **kwargs)
+            except KubeError as error:
+                raise failure(error.for_one_shot()) from error
+            except (RegistryError, MigrationRefused, PolicyUnreadable, AuditUnreadable) as error:
+                raise failure(str(error)) from error
+            except click.ClickException as error:
+                if isinstance(error, click.UsageError | failure):
+                    raise
+                raise failure(error.message) from error
+
+        return run  # type: ignore[return-value]
+
+    return wrap
 
 
 def _with_environment(
@@ -82,13 +216,128 @@ insecure_registry_option = click.option(
 )
 
 
+def _namespace_pairs(
+    _ctx: click.Context, _param: click.Parameter, given: tuple[str, ...]
+) -> frozenset[tuple[str, str]]:
+    try:
+        return parse_namespace_pairs(given)
+    except ValueError as error:
+        raise click.BadParameter(str(error)) from error
+
+
+# Shared by run, plan and audit: what a policy may reach is the operator's configuration.
+allow_option = click.option(
+    "--allow-namespace-pair",
+    "namespace_pairs",
+    multiple=True,
+    metavar="POLICY_NS=TARGET_NS",
+    callback=_namespace_pairs,
+    help="Let policies in POLICY_NS target workloads in TARGET_NS ('*' for any). Repeatable; "
+    "give plan and audit the operator's own pairs.",
+)
+
+
+def cluster_options(command: F) -> F:
+    """--kubeconfig and --context, for every command that talks to the API server."""
+    command = click.option(
+        "--context",
+        default=None,
+        metavar="NAME",
+        help="The kubeconfig context to use (default: its current context).",
+    )(command)
+    return click.option(
+        "--kubeconfig",
+        envvar="KUBECONFIG",
+        metavar="FILE",
+        help="Kubeconfig (default: in a pod its ServiceAccount, else $KUBECONFIG, else "
+        "~/.kube/config).",
+    )(command)
+
+
+def _namespaced(_ctx: click.Context, _param: click.Parameter, value: str) -> tuple[str, str]:
+    namespace, sep, name = value.partition("/")
+    if not sep or not namespace or not name or "/" in name:
+        raise click.BadParameter(f"{value!r}: write NAMESPACE/NAME")
+    return namespace, name
+
+
+def namespaced_argument(name: str) -> Callable[[F], F]:
+    return click.argument(name, metavar="NAMESPACE/NAME", callback=_namespaced)
+
+
+# The log options are the group's (before the command: an image whose entrypoint is
+# `imagerefresh run` takes them from the environment, which the chart sets) and every
+# command's (after it, where a person types them); the last one given wins.
+_LOGGING = "imagerefresh.logging"  # ctx.meta (shared by the group's and the command's context)
+LOG_LEVELS = click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False)
+LOG_FORMATS = click.Choice(["auto", "json", "console"])
+
+
+def _relog(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    if value is None:
+        return
+    level, log_format = ctx.meta.get(_LOGGING, ("WARNING", "auto"))
+    chosen = (value, log_format) if param.name == "log_level" else (level, value)
+    ctx.meta[_LOGGING] = chosen
+    configure_logging(*chosen)
+
+
+def log_options(command: F) -> F:
+    """--log-level and --log-format after the command, as before it."""
+    command = click.option(
+        "--log-format",
+        type=LOG_FORMATS,
+        expose_value=False,
+        callback=_relog,
+        help="auto: JSON unless stderr is a terminal (as before the command).",
+    )(command)
+    return click.option(
+        "--log-level",
+        type=LOG_LEVELS,
+        expose_value=False,
+        callback=_relog,
+        help="Log level (as before the command).",
+    )(command)
+
+
+@click.group(cls=_Group)
+@click.option(
+    "--log-level",
+    type=LOG_LEVELS,
+    default="WARNING",
+    show_default=True,
+    envvar=LOG_LEVEL_ENV,
+    show_envvar=True,
+    help="Log level (also after the command).",
+)
+@click.option(
+    "--log-format",
+    type=LOG_FORMATS,
+    default="auto",
+    show_default=True,
+    envvar=LOG_FORMAT_ENV,
+    show_envvar=True,
+    help="auto: JSON unless stderr is a terminal (also after the command).",
+)
+@click.pass_context
+def main(ctx: click.Context, log_level: str, log_format: LogFormat) -> None:
+    """imagerefresh: keep workloads on the newest digest of their tracked tags.
+
+    Each command's --help ends with its exit statuses.
+    """
+    ctx.meta[_LOGGING] = (log_level, log_format)
+    configure_logging(log_level, log_format)
+
+
 def _load_credentials(docker_config: Path | None, domain: str) -> Credentials | None:
     if docker_config is None:
         return None
     try:
         config = parse_docker_config(docker_config.read_bytes(), source=str(docker_config))
     except (OSError, InvalidDockerConfig) as error:
-        raise click.ClickException(f"cannot read {docker_config}: {error}") from error
+        raise CommandFailed(
+            f"cannot read {docker_config}: {error}; give a .dockerconfigjson file"
+        ) from error
     return credentials_for(domain, [config])
 
 
@@ -118,36 +367,7 @@ def _ratelimit_line(resolution: Resolution) -> str:
     return f"{resolution.registry}: {report.remaining} of {report.limit} pulls left{window}{source}"
 
 
-LOG_LEVEL_ENV = "IMAGEREFRESH_LOG_LEVEL"
-LOG_FORMAT_ENV = "IMAGEREFRESH_LOG_FORMAT"
-
-
-# The log options are the group's (they precede the command), so an image whose entrypoint is
-# `imagerefresh run` takes them from the environment (the chart sets both).
-@click.group()
-@click.option(
-    "--log-level",
-    default="WARNING",
-    show_default=True,
-    envvar=LOG_LEVEL_ENV,
-    show_envvar=True,
-    help="DEBUG, INFO, WARNING or ERROR.",
-)
-@click.option(
-    "--log-format",
-    type=click.Choice(["auto", "json", "console"]),
-    default="auto",
-    show_default=True,
-    envvar=LOG_FORMAT_ENV,
-    show_envvar=True,
-    help="auto: JSON unless stderr is a terminal.",
-)
-def main(log_level: str, log_format: LogFormat) -> None:
-    """imagerefresh: keep workloads on the newest digest of their tracked tags."""
-    configure_logging(log_level, log_format)
-
-
-@main.command()
+@main.command(exits=RESOLVE_EXITS)
 @click.argument("reference")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @insecure_registry_option
@@ -164,6 +384,8 @@ def main(log_level: str, log_format: LogFormat) -> None:
     type=click.FloatRange(min=0, min_open=True),
     help="Seconds the whole resolution may take, retries included.",
 )
+@log_options
+@one_shot()
 def resolve(
     reference: str,
     as_json: bool,
@@ -185,11 +407,7 @@ def resolve(
         ) as client:
             return await client.resolve(ref, credentials)
 
-    try:
-        resolution = asyncio.run(run())
-    except RegistryError as error:
-        click.echo(f"error: {error}", err=True)
-        sys.exit(1)
+    resolution = asyncio.run(run())
     if as_json:
         click.echo(_as_json(resolution))
     else:
@@ -197,15 +415,12 @@ def resolve(
         click.echo(_ratelimit_line(resolution), err=True)
 
 
-def _target(value: str) -> tuple[str, str]:
-    namespace, sep, name = value.partition("/")
-    if not sep or not namespace or not name:
-        raise click.BadParameter(f"{value!r}: write NAMESPACE/NAME")
-    return namespace, name
+def _kube(kubeconfig: str | None, context: str | None, **options: Any) -> KubeApi:
+    return KubeApi.from_environment(kubeconfig, context=context, **options)
 
 
 def _runtime_parts(
-    kubeconfig: str | None,
+    api: KubeApi,
     insecure_registries: list[str],
     config: OperatorConfig,
     metrics: Metrics,
@@ -220,26 +435,13 @@ def _runtime_parts(
         observer=metrics.registry_request,
     )
     resolver = SharedResolver(client, window=config.resolution_window)
-    api = KubeApi.from_environment(kubeconfig, connections=config.kube_concurrency)
     events = EventRecorder(api, on_dropped=metrics.events_dropped.inc)
     return PolicyTicker(
         api=api, resolver=resolver, ledger=ledger, config=config, metrics=metrics, events=events
     )
 
 
-kubeconfig_option = click.option(
-    "--kubeconfig", envvar="KUBECONFIG", help="Kubeconfig (default: in-cluster, or $KUBECONFIG)."
-)
-allow_option = click.option(
-    "--allow-namespace-pair",
-    "namespace_pairs",
-    multiple=True,
-    metavar="POLICY_NS=TARGET_NS",
-    help="Let policies in POLICY_NS target workloads in TARGET_NS ('*' for any). Repeatable.",
-)
-
-
-@main.command()
+@main.command(exits=RUN_EXITS)
 @click.option(
     "--namespace",
     "namespaces",
@@ -290,7 +492,8 @@ allow_option = click.option(
     default=15.0,
     show_default=True,
     type=click.FloatRange(min=1),
-    help="Seconds a standby waits, after the Lease last changed, before taking it over.",
+    help="Seconds a standby waits, after the Lease last changed, before taking it over: a "
+    "whole number (the Lease stores whole seconds), longer than the renew deadline.",
 )
 @click.option(
     "--leader-election-renew-deadline",
@@ -324,7 +527,8 @@ allow_option = click.option(
     "CRD must exist at start-up, and exact names are served whether they exist yet or not "
     "(as the Helm chart runs it).",
 )
-@kubeconfig_option
+@cluster_options
+@log_options
 def run(
     namespaces: tuple[str, ...],
     all_namespaces: bool,
@@ -332,7 +536,7 @@ def run(
     metrics_port: int,
     bind_address: str,
     insecure_registries: list[str],
-    namespace_pairs: tuple[str, ...],
+    namespace_pairs: frozenset[tuple[str, str]],
     resolution_window: float,
     registry_deadline: float,
     leader_elect: bool,
@@ -348,6 +552,7 @@ def run(
     tick_grid_phase: float | None,
     scanning: bool,
     kubeconfig: str | None,
+    context: str | None,
 ) -> None:
     """Run the operator."""
     if not namespaces and not all_namespaces:
@@ -365,8 +570,8 @@ def run(
     lease_home = lease_namespace(leader_election_namespace, namespaces) if leader_elect else None
     scope = NamespaceScope.of(namespaces)
     tuned = tune_allocator()  # before any thread exists: the arena limit binds new threads
-    if logging.getLogger().level > logging.INFO:
-        configure_logging("INFO", "auto")
+    if logging.getLogger().level > logging.INFO:  # the operator logs at INFO at least
+        configure_logging("INFO", click.get_current_context().meta[_LOGGING][1])
     # kopf reports every raw-event handler call at INFO; our own tick line says what matters.
     logging.getLogger("kopf.objects").setLevel(max(logging.WARNING, logging.getLogger().level))
     log = structlog.get_logger(__name__)
@@ -386,27 +591,25 @@ def run(
             "operator always runs kopf standalone; remove them (they go in the next release)",
             options=deprecated,
         )
-    try:
-        pairs = parse_namespace_pairs(namespace_pairs)
-    except ValueError as error:
-        raise click.UsageError(str(error)) from error
     config = OperatorConfig(
         insecure_registries=tuple(insecure_registries),
-        namespaces=NamespacePolicy(pairs),
+        namespaces=NamespacePolicy(namespace_pairs),
         resolution_window=resolution_window,
         registry_deadline=registry_deadline,
     )
     metrics = Metrics()
     metrics.leader.set(0)
-    metrics.serve(metrics_port, bind_address)
+    _serve("/metrics", "--metrics-port", bind_address, metrics_port, metrics.serve)
     try:
-        ticker = _runtime_parts(kubeconfig, insecure_registries, config, metrics)
+        api = _kube(kubeconfig, context, connections=config.kube_concurrency)
+        ticker = _runtime_parts(api, insecure_registries, config, metrics)
         elector = (
             Elector(
                 # Its own client and thread: renewals never queue behind a tick's requests.
                 # Each request must answer well within the renew deadline.
-                KubeApi.from_environment(
+                _kube(
                     kubeconfig,
+                    context,
                     connections=1,
                     timeout=(timings.retry_period, timings.renew_deadline / 2),
                 ),
@@ -419,7 +622,7 @@ def run(
             else None
         )
     except KubeError as error:
-        raise click.ClickException(str(error)) from error
+        raise CommandFailed(str(error)) from error
     if elector is not None:
         # Every write of the operator's own client asks the gate first.
         ticker.api.write_gate = elector.gate
@@ -439,7 +642,12 @@ def run(
             ThreadPoolExecutor(config.kube_concurrency, thread_name_prefix="imagerefresh-io")
         )
         role = "standby" if elector is not None else "leader"
-        health = await serve_health(bind_address, liveness_port, lambda: role)
+        try:
+            health = await serve_health(bind_address, liveness_port, lambda: role)
+        except OSError as error:
+            raise _unservable(
+                "/healthz", "--liveness-port", bind_address, liveness_port, error
+            ) from error
         try:
             if elector is not None:
                 await elector.acquire()
@@ -475,8 +683,20 @@ def run(
     asyncio.run(operate())
 
 
-# A deposed leader's exit status: the Deployment restarts it, as a candidate.
-LEADERSHIP_LOST_EXIT = 3
+def _unservable(what: str, option: str, address: str, port: int, error: OSError) -> CommandFailed:
+    # asyncio words a failed bind its own way; the errno says it as the OS does.
+    reason = os.strerror(error.errno) if error.errno else str(error)
+    return CommandFailed(
+        f"cannot serve {what} on {address}:{port} ({reason}); give another {option}, or stop "
+        "what listens there"
+    )
+
+
+def _serve(what: str, option: str, address: str, port: int, serve: Callable[..., None]) -> None:
+    try:
+        serve(port, address)
+    except OSError as error:
+        raise _unservable(what, option, address, port, error) from error
 
 
 def _exit_deposed(elector: Elector, why: str) -> NoReturn:
@@ -515,25 +735,29 @@ def lease_namespace(given: str | None, namespaces: tuple[str, ...]) -> str:
     )
 
 
-@main.command()
-@click.argument("policy", metavar="NAMESPACE/NAME")
+@main.command(exits=PLAN_EXITS)
+@namespaced_argument("policy")
 @insecure_registry_option
 @allow_option
-@kubeconfig_option
+@cluster_options
+@log_options
+@one_shot()
 def plan(
-    policy: str,
+    policy: tuple[str, str],
     insecure_registries: list[str],
-    namespace_pairs: tuple[str, ...],
+    namespace_pairs: frozenset[tuple[str, str]],
     kubeconfig: str | None,
+    context: str | None,
 ) -> None:
     """Print what the next tick would do for each target and container. Changes nothing."""
-    namespace, name = _target(policy)
+    namespace, name = policy
     config = OperatorConfig(
         insecure_registries=tuple(insecure_registries),
-        namespaces=NamespacePolicy(parse_namespace_pairs(namespace_pairs)),
+        namespaces=NamespacePolicy(namespace_pairs),
         resolution_window=0,
     )
-    ticker = _runtime_parts(kubeconfig, insecure_registries, config, Metrics())
+    api = _kube(kubeconfig, context)
+    ticker = _runtime_parts(api, insecure_registries, config, Metrics())
 
     async def compute() -> tuple[Gathered, Plan] | None:
         try:
@@ -541,64 +765,57 @@ def plan(
         finally:
             await ticker.resolver.client.aclose()
 
-    try:
-        result = asyncio.run(compute())
-    except (KubeError, PolicyUnreadable) as error:
-        raise click.ClickException(str(error)) from error
+    result = asyncio.run(compute())
     if result is None:
-        raise click.ClickException(f"no ImageRefreshPolicy {namespace}/{name}")
+        raise CommandFailed(
+            f"no ImageRefreshPolicy {namespace}/{name}; check the name "
+            f"(kubectl get irp -n {namespace}) and the kubeconfig context"
+        )
     click.echo(render_plan(*result))
 
 
-@main.command("refresh-now")
-@click.argument("policy", metavar="NAMESPACE/NAME")
+@main.command("refresh-now", exits=ANNOTATE_EXITS)
+@namespaced_argument("policy")
 @click.option(
     "--outside-window",
     is_flag=True,
     help="Let this one tick start refreshes outside spec.windows (honoured once).",
 )
-@kubeconfig_option
-def refresh_now(policy: str, outside_window: bool, kubeconfig: str | None) -> None:
+@cluster_options
+@log_options
+@one_shot()
+def refresh_now(
+    policy: tuple[str, str], outside_window: bool, kubeconfig: str | None, context: str | None
+) -> None:
     """Ask the operator for a tick at once (sets an annotation it watches)."""
-    namespace, name = _target(policy)
+    namespace, name = policy
     key = WINDOW_OVERRIDE_ANNOTATION if outside_window else REFRESH_NOW_ANNOTATION
     # Microseconds: two requests within one second are two new values, each honoured.
     value = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    try:
-        KubeApi.from_environment(kubeconfig).annotate_policy(namespace, name, key, value)
-    except KubeError as error:
-        raise click.ClickException(str(error)) from error
+    _kube(kubeconfig, context).annotate_policy(namespace, name, key, value)
     what = "a tick that may refresh outside its windows" if outside_window else "a tick"
     click.echo(
         f"{what} requested for {namespace}/{name} ({key}={value}); the operator starts it at once"
     )
 
 
-@main.command()
-@click.argument("policy", metavar="NAMESPACE/NAME")
-@kubeconfig_option
-def reset(policy: str, kubeconfig: str | None) -> None:
+@main.command(exits=ANNOTATE_EXITS)
+@namespaced_argument("policy")
+@cluster_options
+@log_options
+@one_shot()
+def reset(policy: tuple[str, str], kubeconfig: str | None, context: str | None) -> None:
     """Clear every target's refresh attempts and Locked (sets the reset annotation)."""
-    namespace, name = _target(policy)
+    namespace, name = policy
     value = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    try:
-        KubeApi.from_environment(kubeconfig).annotate_policy(
-            namespace, name, RESET_ANNOTATION, value
-        )
-    except KubeError as error:
-        raise click.ClickException(str(error)) from error
+    _kube(kubeconfig, context).annotate_policy(namespace, name, RESET_ANNOTATION, value)
     click.echo(
         f"reset requested for {namespace}/{name} ({RESET_ANNOTATION}={value}); "
         "the operator honours it on its next tick, which it starts at once"
     )
 
 
-# `imagerefresh audit` exits 0 when clean, 1 with findings (for CI), and this when it could not
-# read what it needs (RBAC, no such namespace, no API server) — never "clean" on what it missed.
-AUDIT_UNREADABLE_EXIT = 3
-
-
-@main.command()
+@main.command(exits=AUDIT_EXITS)
 @click.option(
     "--namespace",
     "namespaces",
@@ -614,25 +831,31 @@ AUDIT_UNREADABLE_EXIT = 3
 @click.option(
     "-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True
 )
-@kubeconfig_option
+@allow_option
+@cluster_options
+@log_options
+@click.pass_context
+@one_shot(CouldNotAudit)
 def audit(
-    namespaces: tuple[str, ...], all_mutable: bool, output: str, kubeconfig: str | None
+    ctx: click.Context,
+    namespaces: tuple[str, ...],
+    all_mutable: bool,
+    output: str,
+    namespace_pairs: frozenset[tuple[str, str]],
+    kubeconfig: str | None,
+    context: str | None,
 ) -> None:
-    """List workloads running a tracked repository in no policy, and policy targets that run
-    another repository or do not exist. Exit 1 when it finds any, 0 when clean, 3 when it
-    could not read what it needs."""
-    try:
-        coverage = read_coverage(
-            KubeApi.from_environment(kubeconfig), tuple(dict.fromkeys(namespaces))
-        )
-    except (AuditUnreadable, KubeError) as error:
-        click.echo(f"error: {error}", err=True)
-        sys.exit(AUDIT_UNREADABLE_EXIT)
+    """List containers the operator will never refresh: those running a tracked repository
+    that no policy covers, and policy targets that are in conflict, suspended, dry-run,
+    beyond the policy's reach (give the operator's --allow-namespace-pair), running another
+    repository, or missing. A Locked target is covered: it waits for a reset."""
+    coverage = read_coverage(_kube(kubeconfig, context), tuple(dict.fromkeys(namespaces)))
     findings = find_gaps(
         coverage.policies,
         coverage.workloads,
         namespaces=frozenset(namespaces) or None,
         all_mutable=all_mutable,
+        reachable=NamespacePolicy(namespace_pairs).allows,
     )
     if output == "json":
         click.echo(json.dumps([finding.as_json() for finding in findings], indent=2))
@@ -644,7 +867,7 @@ def audit(
         f"containers), against {len(coverage.policies)} policies",
         err=True,
     )
-    sys.exit(1 if findings else 0)
+    ctx.exit(AUDIT_FINDINGS_EXIT if findings else 0)
 
 
 def _interval(_ctx: click.Context, _param: click.Parameter, value: str | None) -> timedelta | None:
@@ -656,10 +879,10 @@ def _interval(_ctx: click.Context, _param: click.Parameter, value: str | None) -
         raise click.BadParameter(str(error)) from error
 
 
-@main.command("migrate-cronjob")
-@click.argument("cronjob", metavar="NAMESPACE/NAME")
-@click.option("--apply", "mode", flag_value="apply", help="Create the policy, suspend the CronJob.")
-@click.option("--revert", "mode", flag_value="revert", help="Undo --apply.")
+@main.command("migrate-cronjob", exits=MIGRATE_EXITS)
+@namespaced_argument("cronjob")
+@click.option("--apply", is_flag=True, help="Create the policy, suspend the CronJob.")
+@click.option("--revert", is_flag=True, help="Undo --apply.")
 @click.option(
     "--interval",
     callback=_interval,
@@ -680,38 +903,43 @@ def _interval(_ctx: click.Context, _param: click.Parameter, value: str | None) -
     show_default=True,
     help="The operator chart's release (in the CronJob's namespace) that adopts the policy.",
 )
-@kubeconfig_option
+@cluster_options
+@log_options
+@one_shot()
 def migrate_cronjob(
-    cronjob: str,
-    mode: str | None,
+    cronjob: tuple[str, str],
+    apply: bool,
+    revert: bool,
     interval: timedelta | None,
     policy_name: str | None,
     job_wait: float,
     helm_release: str,
     kubeconfig: str | None,
+    context: str | None,
 ) -> None:
-    """Replace an edge's image-refresh CronJob with an ImageRefreshPolicy (SPEC §10).
+    """Replace an edge's image-refresh CronJob with an ImageRefreshPolicy.
 
     Dry by default: prints the policy, the chart values that install it, and the state carried
     over. Runs with your kubeconfig (it reads and suspends the CronJob, creates the policy).
     """
-    namespace, name = _target(cronjob)
-    try:
-        migrator = Migrator(
-            EdgeApi(KubeApi.from_environment(kubeconfig).api_client),
-            namespace,
-            name,
-            policy_name=policy_name,
-            interval=interval,
-            job_wait=job_wait,
-            helm_release=helm_release,
-            say=click.echo,
+    if apply and revert:
+        raise click.UsageError(
+            "--apply and --revert undo each other: give one of them (or neither, to look first)"
         )
-        if mode == "apply":
-            migrator.apply()
-        elif mode == "revert":
-            migrator.revert()
-        else:
-            migrator.dry_run()
-    except (KubeError, MigrationRefused) as error:
-        raise click.ClickException(str(error)) from error
+    namespace, name = cronjob
+    migrator = Migrator(
+        EdgeApi(_kube(kubeconfig, context).api_client),
+        namespace,
+        name,
+        policy_name=policy_name,
+        interval=interval,
+        job_wait=job_wait,
+        helm_release=helm_release,
+        say=click.echo,
+    )
+    if apply:
+        migrator.apply()
+    elif revert:
+        migrator.revert()
+    else:
+        migrator.dry_run()

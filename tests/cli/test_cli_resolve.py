@@ -53,7 +53,7 @@ def test_resolve_failure_exits_nonzero_with_one_line(registry: str) -> None:
     assert result.stdout == ""
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1
-    assert lines[0].startswith(f"error: cannot reach {host}")
+    assert lines[0].startswith(f"Error: cannot reach {host}")
 
 
 def test_resolve_gives_up_at_its_deadline_on_a_registry_dripping_its_answer(
@@ -69,7 +69,7 @@ def test_resolve_gives_up_at_its_deadline_on_a_registry_dripping_its_answer(
     assert result.returncode == 1
     assert result.stdout == ""
     (line,) = result.stderr.strip().splitlines()
-    assert line.startswith(f"error: {hostile.host} did not finish resolving {reference}")
+    assert line.startswith(f"Error: {hostile.host} did not finish resolving {reference}")
     assert "within the 1s deadline" in line
 
 

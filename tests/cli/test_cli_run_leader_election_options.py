@@ -47,3 +47,30 @@ def test_timings_where_a_standby_could_take_over_from_a_still_writing_leader_are
     )
     assert result.exit_code == 2
     assert "the lease duration must be longer than the renew deadline" in result.output
+
+
+@pytest.mark.parametrize("duration", ["10.5", "15.25"])
+def test_a_lease_duration_that_is_not_whole_seconds_is_a_usage_error_saying_why(
+    duration: str,
+) -> None:
+    # 10.5 > 10.2 would pass the overlap check, but a Lease stores whole seconds: rounded to
+    # 10, both leaders would write for 0.2 s. Refused before anything starts.
+    result = CliRunner().invoke(
+        main,
+        [
+            "run",
+            "--namespace",
+            "tracebloc",
+            "--leader-elect",
+            "--leader-election-lease-duration",
+            duration,
+            "--leader-election-renew-deadline",
+            "10.2",
+        ],
+    )
+    assert result.exit_code == 2
+    (error,) = [line for line in result.output.splitlines() if line.startswith("Error:")]
+    assert error == (
+        f"Error: leader election timings: the lease duration must be a whole number of seconds "
+        f"(got {float(duration)}): a Lease stores leaseDurationSeconds as an integer"
+    )

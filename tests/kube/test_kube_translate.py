@@ -42,63 +42,63 @@ def api_error(status: int, message: str, reason: str = "", **details: Any) -> Ap
     return ApiException(status=status, reason=reason, body=json.dumps(body))
 
 
-@pytest.mark.parametrize(
-    ("error", "kind", "status", "advice"),
-    [
-        (
-            api_error(
-                403,
-                'deployments.apps "web" is forbidden: User "system:serviceaccount:ops:op" '
-                'cannot patch resource "deployments" in API group "apps" in the namespace "ns"',
-                "Forbidden",
-            ),
-            Forbidden,
+CASES: list[tuple[Exception, type[KubeError], int | None, str]] = [
+    (
+        api_error(
             403,
-            "grant patch on deployments.apps in namespace ns to the operator's ServiceAccount",
+            'deployments.apps "web" is forbidden: User "system:serviceaccount:ops:op" '
+            'cannot patch resource "deployments" in API group "apps" in the namespace "ns"',
+            "Forbidden",
         ),
-        (
-            api_error(
-                403,
-                'namespaces is forbidden: User "u" cannot list resource "namespaces" at the '
-                "cluster scope",
-                "Forbidden",
-            ),
-            Forbidden,
+        Forbidden,
+        403,
+        "grant patch on deployments.apps in namespace ns to the operator's ServiceAccount",
+    ),
+    (
+        api_error(
             403,
-            "grant list on namespaces cluster-wide",
+            'namespaces is forbidden: User "u" cannot list resource "namespaces" at the '
+            "cluster scope",
+            "Forbidden",
         ),
-        (api_error(401, "Unauthorized", "Unauthorized"), Forbidden, 401, "credentials"),
-        (api_error(404, 'deployments.apps "web" not found', "NotFound"), NotFound, 404, "create"),
-        (
-            api_error(409, "the object has been modified", "Conflict"),
-            ResourceConflict,
-            409,
-            "read it again",
-        ),
-        (
-            api_error(422, GENERIC_422, "Invalid"),
-            PreconditionFailed,
-            422,
-            "nothing was changed",
-        ),
-        (
-            api_error(503, "etcd leader changed", "ServiceUnavailable"),
-            KubeUnavailable,
-            503,
-            "retried",
-        ),
-        (api_error(429, "too many requests", "TooManyRequests"), KubeUnavailable, 429, "retried"),
-        (ApiException(status=0, reason="SSLError: verify failed"), KubeUnavailable, None, "CA"),
-        (
-            urllib3.exceptions.ReadTimeoutError(None, "/apis", "Read timed out."),  # type: ignore[arg-type]
-            KubeUnavailable,
-            None,
-            "could not be reached",
-        ),
-        (ConnectionRefusedError(111, "refused"), KubeUnavailable, None, "could not be reached"),
-        (ConfigException("Invalid kube-config file."), KubeError, None, "set KUBECONFIG"),
-    ],
-)
+        Forbidden,
+        403,
+        "grant list on namespaces cluster-wide",
+    ),
+    (api_error(401, "Unauthorized", "Unauthorized"), Forbidden, 401, "credentials"),
+    (api_error(404, 'deployments.apps "web" not found', "NotFound"), NotFound, 404, "create"),
+    (
+        api_error(409, "the object has been modified", "Conflict"),
+        ResourceConflict,
+        409,
+        "read it again",
+    ),
+    (
+        api_error(422, GENERIC_422, "Invalid"),
+        PreconditionFailed,
+        422,
+        "nothing was changed",
+    ),
+    (
+        api_error(503, "etcd leader changed", "ServiceUnavailable"),
+        KubeUnavailable,
+        503,
+        "retried",
+    ),
+    (api_error(429, "too many requests", "TooManyRequests"), KubeUnavailable, 429, "retried"),
+    (ApiException(status=0, reason="SSLError: verify failed"), KubeUnavailable, None, "CA"),
+    (
+        urllib3.exceptions.ReadTimeoutError(None, "/apis", "Read timed out."),  # type: ignore[arg-type]
+        KubeUnavailable,
+        None,
+        "could not be reached",
+    ),
+    (ConnectionRefusedError(111, "refused"), KubeUnavailable, None, "could not be reached"),
+    (ConfigException("Invalid kube-config file."), KubeError, None, "set KUBECONFIG"),
+]
+
+
+@pytest.mark.parametrize(("error", "kind", "status", "advice"), CASES)
 def test_translate_picks_the_kind_and_says_what_to_do(
     error: Exception, kind: type[KubeError], status: int | None, advice: str
 ) -> None:
@@ -108,6 +108,50 @@ def test_translate_picks_the_kind_and_says_what_to_do(
     assert str(translated).startswith(WHAT)
     assert advice in str(translated)
     assert translated.reason == kind.__name__
+
+
+@pytest.mark.parametrize(("error", "kind", "status", "advice"), CASES)
+def test_a_one_shot_command_is_never_told_that_a_tick_retries_it_or_the_operator_lacks_rights(
+    error: Exception, kind: type[KubeError], status: int | None, advice: str
+) -> None:
+    said = translate(error, what=WHAT).for_one_shot()
+    assert said.startswith(WHAT)
+    assert "tick" not in said
+    assert "retried" not in said
+    assert "the operator" not in said
+    assert "ServiceAccount" not in said
+
+
+@pytest.mark.parametrize(
+    ("error", "advice"),
+    [
+        (
+            CASES[0][0],
+            "the account your kubeconfig uses (system:serviceaccount:ops:op) needs "
+            "patch on deployments.apps in namespace ns: have it granted",
+        ),
+        (
+            api_error(403, "forbidden", "Forbidden"),
+            "the account your kubeconfig uses needs the RBAC rights to patch Deployment ns/web",
+        ),
+        (api_error(401, "Unauthorized", "Unauthorized"), "did not accept your credentials"),
+        (api_error(503, "etcd leader changed"), "run the command again later"),
+        (api_error(409, "the object has been modified", "Conflict"), "run the command again"),
+        (api_error(422, GENERIC_422, "Invalid"), "nothing was changed; run the command again"),
+        (ApiException(status=0, reason="SSLError"), "the CA in the kubeconfig, then run the"),
+        (
+            ConnectionRefusedError(111, "refused"),
+            "that your kubeconfig names it (--kubeconfig, --context), then run the command again",
+        ),
+        (
+            ConfigException("Invalid kube-config file."),
+            "pass --kubeconfig FILE (and --context "
+            "NAME) or set KUBECONFIG; without either, ~/.kube/config is read",
+        ),
+    ],
+)
+def test_a_one_shot_command_is_told_what_to_do_itself(error: Exception, advice: str) -> None:
+    assert advice in translate(error, what=WHAT).for_one_shot()
 
 
 def test_a_422_with_causes_is_a_validation_error_not_a_precondition() -> None:

@@ -178,11 +178,37 @@ def test_the_gate_opens_only_until_the_deadline_and_never_again_once_closed() ->
 
 
 @pytest.mark.parametrize(
-    ("lease", "renew", "retry"),
-    [(10.0, 10.0, 2.0), (15.0, 10.0, 9.0), (15.0, 10.0, 0.0)],
+    ("lease", "renew", "retry", "why"),
+    [
+        (10.0, 10.0, 2.0, "longer than the renew deadline"),
+        (15.0, 10.0, 9.0, "exceed 1.2 times the retry period"),
+        (15.0, 10.0, 0.0, "the retry period must be positive"),
+        # 10.5 > 10.2, but the Lease would say 10: both would write for 0.2 s.
+        (10.5, 10.2, 2.0, "whole number of seconds"),
+        (15.000001, 10.0, 2.0, "whole number of seconds"),
+        (float("inf"), 10.0, 2.0, "whole number of seconds"),
+    ],
 )
 def test_timings_that_could_let_two_leaders_overlap_are_refused(
-    lease: float, renew: float, retry: float
+    lease: float, renew: float, retry: float, why: str
 ) -> None:
-    with pytest.raises(ValueError, match="must"):
+    with pytest.raises(ValueError, match=why):
         ElectionTimings(lease, renew, retry)
+
+
+def test_the_lease_duration_written_is_the_one_validated() -> None:
+    timings = ElectionTimings(lease_duration=11.0, renew_deadline=10.9, retry_period=2.0)
+    assert timings.lease_seconds == 11
+    assert isinstance(timings.lease_seconds, int)
+
+
+async def test_the_lease_records_exactly_the_validated_duration(
+    api: KubeApi, namespace: str
+) -> None:
+    timings = ElectionTimings(lease_duration=4.0, renew_deadline=3.9, retry_period=0.5)
+    leader = Elector(api, namespace, "imagerefresh", "a", timings)
+    await asyncio.wait_for(leader.acquire(), timeout=BOUND)
+    lease = api.read_lease(namespace, "imagerefresh")
+    assert lease is not None
+    assert lease["spec"]["leaseDurationSeconds"] == 4
+    leader.close()

@@ -174,27 +174,34 @@ class KubeApi:
         cls,
         kubeconfig: str | None = None,
         *,
+        context: str | None = None,
         connections: int = DEFAULT_CONNECTIONS,
         timeout: tuple[float, float] = DEFAULT_TIMEOUT,
     ) -> KubeApi:
         """In a pod, its ServiceAccount; else ``kubeconfig``, ``$KUBECONFIG`` or ~/.kube/config.
 
-        An explicit ``kubeconfig`` always wins. ``kubeconfig`` may list several files separated
-        by ``os.pathsep``, as ``$KUBECONFIG`` may. The kubeconfig is never written back.
-        ``connections`` is how many requests may be in flight at once (one per calling thread):
-        the client keeps that many connections open to the API server.
+        An explicit ``kubeconfig`` or ``context`` always wins (a context is a kubeconfig's:
+        naming one reads the kubeconfig even in a pod; None is its current context).
+        ``kubeconfig`` may list several files separated by ``os.pathsep``, as ``$KUBECONFIG``
+        may. The kubeconfig is never written back. ``connections`` is how many requests may be
+        in flight at once (one per calling thread): the client keeps that many connections
+        open to the API server.
         """
         configuration = kubernetes.client.Configuration()
         configuration.connection_pool_maxsize = connections
         try:
-            if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+            in_pod = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+            if kubeconfig is None and context is None and in_pod:
                 kubernetes.config.load_incluster_config(  # type: ignore[no-untyped-call]
                     client_configuration=configuration
                 )
             else:
                 path = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
                 kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
-                    config_file=path, client_configuration=configuration, persist_config=False
+                    config_file=path,
+                    context=context,
+                    client_configuration=configuration,
+                    persist_config=False,
                 )
         except kubernetes.config.ConfigException as error:
             raise translate(error, what="configure the Kubernetes client") from error

@@ -3,7 +3,10 @@
 The official client raises ``ApiException`` (with an HTTP status and a ``Status`` body),
 urllib3 errors for transport trouble, and ``ConfigException`` when it cannot be configured.
 :func:`translate` turns each into a :class:`KubeError` subclass whose message says what
-happened *and what to do*, so callers handle API trouble by kind, never by status code.
+happened *and what to do*, so callers handle API trouble by kind, never by status code. What to
+do depends on who reads it: the operator's log (its ServiceAccount; its next tick retries) or a
+person who ran a one-shot command with their own kubeconfig (nothing retries it for them), so
+each error carries both wordings (:meth:`KubeError.for_one_shot`), written here and nowhere else.
 
 ``KubeError``
   ├─ ``NotFound``            — 404
@@ -55,16 +58,26 @@ _FORBIDDEN = re.compile(
 
 
 class KubeError(Exception):
-    """A Kubernetes API call failed; the message says what happened and what to do."""
+    """A Kubernetes API call failed; the message says what happened and what to do.
 
-    def __init__(self, message: str, *, status: int | None = None) -> None:
+    ``str(error)`` says it to the operator's log (the operator retries on its next tick, as its
+    ServiceAccount); :meth:`for_one_shot` says it to a person who ran a one-shot command with
+    their own kubeconfig — nothing retries it for them, and the account is theirs.
+    """
+
+    def __init__(self, message: str, *, status: int | None = None, one_shot: str | None = None):
         super().__init__(message)
         self.status = status
+        self._one_shot = one_shot
 
     @property
     def reason(self) -> str:
         """A CamelCase reason for conditions and events."""
         return type(self).__name__
+
+    def for_one_shot(self) -> str:
+        """The message for a one-shot command (``plan``, ``audit``, ``reset``, ...)."""
+        return self._one_shot or str(self)
 
 
 class NotFound(KubeError):
@@ -92,6 +105,13 @@ class NotLeader(KubeError):
     hold the Lease (any more). It writes nothing and exits; its Deployment restarts it."""
 
 
+_RUN_AGAIN = "then run the command again"
+_CLI_CONFIG = (
+    "pass --kubeconfig FILE (and --context NAME) or set KUBECONFIG; without either, "
+    "~/.kube/config is read"
+)
+
+
 def translate(error: Exception, *, what: str) -> KubeError:
     """The :class:`KubeError` for ``error``, raised while doing ``what`` ("get Deployment ns/x")."""
     if isinstance(error, KubeError):
@@ -99,15 +119,20 @@ def translate(error: Exception, *, what: str) -> KubeError:
     if isinstance(error, ApiException):
         return _from_api_exception(error, what)
     if isinstance(error, urllib3.exceptions.HTTPError | ConnectionError | TimeoutError):
-        return KubeUnavailable(
+        head = (
             f"{what}: the Kubernetes API server could not be reached "
             f"({_short(type(error).__name__ + ': ' + str(error))}); check that it is up and "
-            "that the operator's network path to it works; retried next tick"
+        )
+        return KubeUnavailable(
+            head + "that the operator's network path to it works; retried next tick",
+            one_shot=head
+            + f"that your kubeconfig names it (--kubeconfig, --context), {_RUN_AGAIN}",
         )
     if isinstance(error, ConfigException):
+        head = f"{what}: no usable Kubernetes client configuration ({_short(str(error))}); "
         return KubeError(
-            f"{what}: no usable Kubernetes client configuration ({_short(str(error))}); run "
-            "in a pod with a ServiceAccount, or set KUBECONFIG to a valid kubeconfig"
+            head + "run in a pod with a ServiceAccount, or set KUBECONFIG to a valid kubeconfig",
+            one_shot=head + _CLI_CONFIG,
         )
     return KubeError(
         f"{what}: unexpected {type(error).__name__} from the Kubernetes client "
@@ -121,41 +146,54 @@ def _from_api_exception(error: ApiException, what: str) -> KubeError:
     message = str(body.get("message") or error.reason or "no message")
     detail = _short(message)
     if status is None:  # status 0: TLS failure or a request the client could not send
-        return KubeUnavailable(
+        head = (
             f"{what}: no answer from the Kubernetes API server ({detail}); check its address "
-            "and the CA in the kubeconfig; retried next tick"
+            "and the CA in the kubeconfig"
         )
+        return KubeUnavailable(head + "; retried next tick", one_shot=f"{head}, {_RUN_AGAIN}")
     if status == 401:
         return Forbidden(
             f"{what}: the API server did not accept the operator's credentials (401: {detail}); "
             "check the ServiceAccount token or the kubeconfig's user",
             status=status,
+            one_shot=f"{what}: the API server did not accept your credentials (401: {detail}); "
+            "check the kubeconfig's user: its token or certificate may have expired",
         )
     if status == 403:
-        return Forbidden(f"{what}: forbidden ({detail}); {_grant(message, what)}", status=status)
+        operator, person = _grant(message, what)
+        head = f"{what}: forbidden ({detail}); "
+        return Forbidden(head + operator, status=status, one_shot=head + person)
     if status == 404:
         return NotFound(
             f"{what}: not found ({detail}); create it or correct the name/namespace",
             status=status,
         )
     if status == 409 and body.get("reason") != "AlreadyExists":
+        head = f"{what}: the object changed since it was read (409: {detail}); "
         return ResourceConflict(
-            f"{what}: the object changed since it was read (409: {detail}); read it again and "
-            "retry (the next tick does)",
+            head + "read it again and retry (the next tick does)",
             status=status,
+            one_shot=head + "run the command again",
         )
     if status == 422 and _is_patch_application_failure(body, message):
-        return PreconditionFailed(
+        head = (
             f"{what}: the JSON Patch preconditions no longer hold (a `test` op failed: the "
-            "object changed since it was read); nothing was changed; read it again and retry "
-            "(the next tick does)",
+            "object changed since it was read); nothing was changed; "
+        )
+        return PreconditionFailed(
+            head + "read it again and retry (the next tick does)",
             status=status,
+            one_shot=head + "run the command again",
         )
     if status == 429 or status >= 500:
-        return KubeUnavailable(
+        head = (
             f"{what}: the Kubernetes API server answered {status} ({detail}); it is "
-            "overloaded or failing; retried next tick",
+            "overloaded or failing; "
+        )
+        return KubeUnavailable(
+            head + "retried next tick",
             status=status,
+            one_shot=head + "run the command again later",
         )
     return KubeError(
         f"{what}: the Kubernetes API server rejected the request ({status}: {detail}); "
@@ -188,17 +226,24 @@ def _is_patch_application_failure(body: dict[str, Any], message: str) -> bool:
     return message.lower() == _GENERIC_422 or _TEST_OP_FAILED.search(message) is not None
 
 
-def _grant(message: str, what: str) -> str:
+def _grant(message: str, what: str) -> tuple[str, str]:
+    """What to grant, said to the operator's log and to a person running a command."""
     match = _FORBIDDEN.search(message)
     if match is None:
-        return f"grant the operator's ServiceAccount the RBAC rights to {what}"
+        return (
+            f"grant the operator's ServiceAccount the RBAC rights to {what}",
+            f"the account your kubeconfig uses needs the RBAC rights to {what}",
+        )
     resource = match["resource"]
     if match["group"]:
         resource = f"{resource}.{match['group']}"
     scope = f"in namespace {match['namespace']}" if match["namespace"] else "cluster-wide"
+    rights = f"{match['verb']} on {resource} {scope}"
     return (
-        f"grant {match['verb']} on {resource} {scope} to the operator's ServiceAccount "
-        f"({match['user']}) with a Role/RoleBinding"
+        f"grant {rights} to the operator's ServiceAccount ({match['user']}) with a "
+        "Role/RoleBinding",
+        f"the account your kubeconfig uses ({match['user']}) needs {rights}: have it granted "
+        "(a Role/RoleBinding), or use a kubeconfig that has it",
     )
 
 

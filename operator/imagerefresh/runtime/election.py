@@ -60,13 +60,24 @@ class _Round(Enum):
 
 @dataclass(frozen=True)
 class ElectionTimings:
-    """client-go's defaults; tests shorten them."""
+    """client-go's defaults; tests shorten them.
+
+    The lease duration is whole seconds: the Lease stores ``leaseDurationSeconds`` as an
+    integer, and a standby waits out what is stored. A fraction would have to be rounded
+    before it is written, so the checks below would judge a duration nobody waits for (10.5
+    against a renew deadline of 10.2 passes, 10 is written: both would write for 0.2 s).
+    """
 
     lease_duration: float = 15.0
     renew_deadline: float = 10.0
     retry_period: float = 2.0
 
     def __post_init__(self) -> None:
+        if not float(self.lease_duration).is_integer():
+            raise ValueError(
+                f"the lease duration must be a whole number of seconds (got "
+                f"{self.lease_duration}): a Lease stores leaseDurationSeconds as an integer"
+            )
         # client-go's own checks: a leader must give up before a standby may take over, and
         # must get at least one retry within its deadline.
         if not self.lease_duration > self.renew_deadline:
@@ -75,6 +86,11 @@ class ElectionTimings:
             raise ValueError(f"the renew deadline must exceed {JITTER} times the retry period")
         if self.retry_period <= 0:
             raise ValueError("the retry period must be positive")
+
+    @property
+    def lease_seconds(self) -> int:
+        """The lease duration as the Lease stores it: exactly the value validated above."""
+        return int(self.lease_duration)
 
 
 def default_identity() -> str:
@@ -166,7 +182,7 @@ class Elector:
 
         Raises KubeError when the watch fails (the caller then polls, as client-go does).
         """
-        default = round(self.timings.lease_duration)
+        default = self.timings.lease_seconds
         while self._observed is not None and self._version:
             record = self._observed.record
             remaining = expires_at(record, self._observed.since, default) - self._clock()
@@ -262,7 +278,7 @@ class Elector:
         if record is not None:
             self._observed = observe(self._observed, record, now)
         since = self._observed.since if self._observed is not None else now
-        duration = round(self.timings.lease_duration)
+        duration = self.timings.lease_seconds
         action = decide(record, since, now, self.identity, duration)
         if action is Action.WAIT:
             self._held = None
