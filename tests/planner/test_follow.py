@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from imagerefresh.models import PendingRefresh, Phase, PolicyStatus, TargetStatus
-from imagerefresh.planner import NOTHING_IN_FLIGHT, TargetKey, in_flight
+from imagerefresh.models import PendingPurpose, PendingRefresh, Phase, PolicyStatus, TargetStatus
+from imagerefresh.planner import NOTHING_IN_FLIGHT, TargetKey, in_flight, owed_retry_at
 
 from support.ticks import NS, T0, digest, spec, target
 
@@ -67,3 +67,38 @@ def test_a_status_entry_for_a_workload_the_spec_no_longer_declares_is_not_follow
     policy = spec(target("a", api=f"{IMAGE}:prod"))
     stray = PolicyStatus(targets=(status("removed", started=timedelta(0)),))
     assert in_flight(policy, stray, NS) == NOTHING_IN_FLIGHT
+
+
+def refused_rollback(refusals: int) -> PendingRefresh:
+    return PendingRefresh(
+        purpose=PendingPurpose.ROLLBACK,
+        images={"api": f"{IMAGE}@{digest(1)}"},
+        previous={"api": f"{IMAGE}@{digest(2)}"},
+        started_at=T0 - timedelta(hours=1),  # its progress deadline is long past
+        refusals=refusals,
+        refused_at=T0,
+    )
+
+
+def test_a_refused_rollback_is_sent_again_backing_off_up_to_the_interval() -> None:
+    policy = spec(target("a", api=f"{IMAGE}:prod"), interval="5m", rolloutTimeout="1m")
+    waits = []
+    for refusals in range(1, 11):
+        owed = TargetStatus(
+            kind="Deployment",
+            namespace=NS,
+            name="a",
+            phase=Phase.REFUSED,
+            pending=refused_rollback(refusals),
+        )
+        flying = in_flight(policy, PolicyStatus(targets=(owed,)), NS)
+        assert flying.deadline is not None
+        waits.append((flying.deadline - T0).total_seconds())
+    assert waits == [2, 4, 8, 16, 32, 64, 128, 256, 300, 300]
+
+
+def test_a_forged_refusal_count_waits_at_most_the_interval() -> None:
+    assert owed_retry_at(refused_rollback(10**6), timedelta(minutes=15)) == T0 + timedelta(
+        minutes=15
+    )
+    assert owed_retry_at(refused_rollback(0), timedelta(minutes=15)) == T0 + timedelta(seconds=2)

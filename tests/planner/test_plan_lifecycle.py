@@ -111,6 +111,36 @@ def test_a_rollback_that_has_not_landed_is_owed_and_sent_again_every_tick() -> N
         assert status.pending is not None
 
 
+def test_a_refused_rollback_is_sent_by_a_follow_up_only_once_its_back_off_passed() -> None:
+    tick = Tick(spec(target("jobs-manager", api=JM)))
+    owed = rollback_intent(f"{JM_REPO}@{D1}", f"{JM_REPO}@{D2}").model_copy(
+        update={"refusals": 3, "refused_at": T0}
+    )
+    with_pending(tick, owed, refresh_attempts=1, phase=Phase.REFUSED, message="refused")
+    bad = {JOBS: evidence(unsettled(f"{JM_REPO}@{D2}"), digests={"api": D2})}
+    tick.now = T0 + timedelta(seconds=7)  # refused 3 times: sent again 8 s after the last
+    early = tick.run(bad, advance=timedelta(0), follow_up=True)
+    assert early.patches == ()
+    assert (tick.target("jobs-manager").phase, tick.target("jobs-manager").message) == (
+        Phase.REFUSED,
+        "refused",
+    )
+    tick.now = T0 + timedelta(seconds=8)
+    due = tick.run(bad, advance=timedelta(0), follow_up=True)
+    assert [p.purpose for p in due.patches] == [PatchPurpose.ROLLBACK]
+
+
+def test_a_refused_rollback_is_sent_at_every_interval_tick_whatever_its_back_off() -> None:
+    tick = Tick(spec(target("jobs-manager", api=JM)))
+    owed = rollback_intent(f"{JM_REPO}@{D1}", f"{JM_REPO}@{D2}").model_copy(
+        update={"refusals": 9, "refused_at": T0}
+    )
+    with_pending(tick, owed, refresh_attempts=1, phase=Phase.REFUSED)
+    tick.now = T0 + timedelta(seconds=1)
+    plan = tick.run({JOBS: evidence(unsettled(f"{JM_REPO}@{D2}"), digests={"api": D2})})
+    assert [p.purpose for p in plan.patches] == [PatchPurpose.ROLLBACK]
+
+
 def test_a_landed_rollback_is_followed_until_it_settles_then_announced() -> None:
     tick = Tick(spec(target("jobs-manager", api=JM), maxRefreshAttempts=1, rolloutTimeout="1h"))
     with_pending(tick, rollback_intent(f"{JM_REPO}@{D1}", f"{JM_REPO}@{D2}"), refresh_attempts=1)

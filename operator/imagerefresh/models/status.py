@@ -131,6 +131,10 @@ class PendingRefresh(StatusModel):
     # Containers pinned in the same patch whose pods already ran the digest (an adoption): the
     # pin moves nothing, so it never counts as their lockstep group moving.
     adopted: Annotated[tuple[str, ...], Field(max_length=MAX_CONTAINERS)] = ()
+    # A rollback the API server refused for good is owed: how many times in a row, and when
+    # last. Follow-ups send it again backing off (planner.follow), never every few seconds.
+    refusals: Count = 0
+    refused_at: Timestamp | None = None
 
     @field_validator("images", "previous")
     @classmethod

@@ -20,7 +20,7 @@ from imagerefresh.planner.evidence import (
     Workload,
     running_digest,
 )
-from imagerefresh.planner.follow import NOTHING_IN_FLIGHT, InFlight, in_flight
+from imagerefresh.planner.follow import NOTHING_IN_FLIGHT, InFlight, in_flight, owed_retry_at
 from imagerefresh.planner.guard import UnsafePatch, check_patch, unsafe_changes
 from imagerefresh.planner.tick import plan_tick, revise_target
 
@@ -47,6 +47,7 @@ __all__ = [
     "Workload",
     "check_patch",
     "in_flight",
+    "owed_retry_at",
     "plan_tick",
     "revise_target",
     "running_digest",

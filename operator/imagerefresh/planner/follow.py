@@ -6,6 +6,11 @@ judges only them — as soon as one changes, so that a verdict arrives within se
 rollout settling or failing rather than at the next interval. A rollout that stops changing
 altogether still needs a verdict once its progress deadline passes: :func:`in_flight` says
 when that is, so the shell can tick then without polling for it.
+
+A rollback the API server refused for good (an admission policy, RBAC) is owed: every tick
+of the interval sends it again, and between them a follow-up does too, backing off — 2 s
+after the first refusal, doubling with each, never more often than once per interval is
+spared — so a refusal that stays costs a request per interval, not one every 2 s.
 """
 
 from __future__ import annotations
@@ -13,13 +18,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from imagerefresh.models import PolicySpec, PolicyStatus
+from imagerefresh.models import PendingPurpose, PendingRefresh, PolicySpec, PolicyStatus
 from imagerefresh.planner.evidence import TargetKey
 
-__all__ = ["NOTHING_IN_FLIGHT", "InFlight", "in_flight"]
+__all__ = ["NOTHING_IN_FLIGHT", "InFlight", "in_flight", "owed_retry_at"]
 
 # A deadline is judged strictly after it passes (``now - since > timeout``): tick just past it.
 _PAST_DEADLINE = timedelta(seconds=1)
+_FIRST_RETRY = timedelta(seconds=2)  # a refused rollback is sent again this soon, then later
+_MAX_DOUBLINGS = 20
+
+
+def owed_retry_at(pending: PendingRefresh, interval: timedelta) -> datetime | None:
+    """When a follow-up sends a refused rollback again: None when it was not refused."""
+    if pending.purpose is not PendingPurpose.ROLLBACK or pending.refused_at is None:
+        return None
+    doublings = min(max(pending.refusals - 1, 0), _MAX_DOUBLINGS)
+    backoff: timedelta = min(interval, _FIRST_RETRY * (1 << doublings))
+    return pending.refused_at + backoff
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +64,10 @@ def in_flight(spec: PolicySpec, status: PolicyStatus, namespace: str) -> InFligh
         if target.pending is None or key not in timeouts:
             continue
         workloads.add(key)
+        retry = owed_retry_at(target.pending, spec.interval)
+        if retry is not None:
+            deadlines.append(retry)  # refused: sent again then, not at a progress deadline
+            continue
         if target.pending.settled_at is not None:
             continue  # settled, waiting for its lockstep peers: no deadline of its own left
         since = target.pending.progressed_at or target.pending.started_at

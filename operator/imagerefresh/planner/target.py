@@ -56,6 +56,7 @@ from imagerefresh.planner.evidence import (
     Unresolved,
     Workload,
 )
+from imagerefresh.planner.follow import owed_retry_at
 from imagerefresh.planner.guard import unsafe_changes
 from imagerefresh.planner.lockstep import (
     NO_ORDERS,
@@ -319,6 +320,8 @@ class _Decision:
             why = f"progressed in the future ({pending.progressed_at.isoformat()})"
         elif pending.settled_at is not None and pending.settled_at > self.ctx.now + _CLOCK_SKEW:
             why = f"settled in the future ({pending.settled_at.isoformat()})"
+        elif pending.refused_at is not None and pending.refused_at > self.ctx.now + _CLOCK_SKEW:
+            why = f"was refused in the future ({pending.refused_at.isoformat()})"
         else:
             # The write guard's own rule, applied to both directions of the recorded patch.
             both = (pending, pending.model_copy(update={"images": pending.previous}))
@@ -549,7 +552,11 @@ class _Decision:
         return self._finish(Phase.ROLLING_BACK, message)
 
     def _owe_rollback(self, workload: Workload, pending: PendingRefresh) -> TargetOutcome:
-        """A rollback recorded but not (yet) landed: owed, sent again every tick until it is."""
+        """A rollback recorded but not (yet) landed: owed, sent again every tick until it is —
+        by a follow-up only once its back-off after a refusal has passed."""
+        retry = owed_retry_at(pending, self.ctx.spec.interval)
+        if self.ctx.follow_up and retry is not None and self.ctx.now < retry:
+            return self._finish(self.status.phase, self.status.message)
         self.outcome.patch = self._patch(workload, pending)
         restored = ", ".join(f"{n}={i}" for n, i in sorted(pending.images.items()))
         message = f"rollback to {restored} owed: sending it again"

@@ -49,6 +49,7 @@ from imagerefresh.planner import (
     Plan,
     PolicyView,
     UnsafePatch,
+    owed_retry_at,
     reasons,
     revise_target,
 )
@@ -149,23 +150,41 @@ def _revised(
     sent: Sent,
     message: str,
     gen: int | None,
+    now: datetime,
 ) -> TargetStatus:
     """The target's status once ``patch``'s outcome is known."""
     pending = planned.pending
     rollback = patch.purpose is PendingPurpose.ROLLBACK
     if sent is Sent.LANDED:
-        landed = pending.model_copy(update={"generation": gen}) if pending is not None else None
+        landed = (
+            pending.model_copy(update={"generation": gen, "refusals": 0, "refused_at": None})
+            if pending is not None
+            else None
+        )
         return planned.model_copy(update={"pending": landed})
     if sent is Sent.UNKNOWN:
         return planned.model_copy(update={"message": message})
-    if sent is Sent.REFUSED:
-        # A refused refresh never happened; a refused rollback is still owed.
+    if sent is Sent.REFUSED and rollback and pending is not None:
+        # A refused rollback is still owed: sent again at every tick, and by follow-ups
+        # backing off (the status says when), never every few seconds.
+        owed = pending.model_copy(update={"refusals": pending.refusals + 1, "refused_at": now})
+        retry = owed_retry_at(owed, view.spec.interval)
+        assert retry is not None  # a refused rollback always has its retry
         return planned.model_copy(
             update={
                 "phase": Phase.REFUSED,
-                "message": message + ("; the rollback stays owed" if rollback else ""),
-                "pending": pending if rollback else None,
+                "message": (
+                    f"{message}; the rollback stays owed: refused {owed.refusals} time(s) in a "
+                    f"row, it is sent again at {format_timestamp(retry)} (backing off, then at "
+                    "every tick)"
+                ),
+                "pending": owed,
             }
+        )
+    if sent is Sent.REFUSED:
+        # A refused refresh never happened.
+        return planned.model_copy(
+            update={"phase": Phase.REFUSED, "message": message, "pending": None}
         )
     # Precondition failed: nothing was overwritten and nothing is concluded from it. A
     # rollback's intent stays (the next tick sees who moved the images); a refresh's goes.
@@ -208,7 +227,7 @@ async def _patch(
             if event is not None:
                 applied.events.append(event)
         planned = _target(applied.status, patch)
-        target = _revised(view, planned, patch, sent, message, generation)
+        target = _revised(view, planned, patch, sent, message, generation, now)
         applied.status = revise_target(view, applied.status, target, now)
 
 
