@@ -190,6 +190,7 @@ def test_status_round_trips_through_its_api_form() -> None:
                     "startedAt": "2026-11-29T12:00:00Z",
                     "generation": 7,
                     "adopted": [],
+                    "refusals": 0,
                 },
                 "lastGood": {},
                 "contestedImages": {},
