@@ -5,4 +5,5 @@ pytest_plugins = [
     "support.cluster_env",
     "support.operator_env",
     "support.podman_env",
+    "support.admission",
 ]

@@ -466,7 +466,15 @@ def _runtime_parts(
     default=DEFAULT_DEADLINE,
     show_default=True,
     type=click.FloatRange(min=0, min_open=True),
-    help="Seconds one registry resolution may take in all (token, manifest, retries).",
+    help="Seconds one registry resolution may take in all (token, manifest, retries), the "
+    "wait for its turn at a busy registry included.",
+)
+@click.option(
+    "--registry-timeout",
+    default=10.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds one read from a registry may take (each try of a resolution).",
 )
 @click.option(
     "--leader-elect",
@@ -518,6 +526,9 @@ def _runtime_parts(
 # operators do not ask one registry at the same second). For tests that must know that no
 # interval tick falls inside them: the first grid instant is then a whole interval away.
 @click.option("--tick-grid-phase", default=None, type=float, hidden=True)
+# For tests only: every plan spins the CPU this many seconds more (a policy that is slow to
+# plan), so that a test can watch the Lease and /healthz go on meanwhile.
+@click.option("--planning-delay", default=0.0, type=click.FloatRange(min=0), hidden=True)
 @click.option(
     "--scanning/--no-scanning",
     default=True,
@@ -539,6 +550,7 @@ def run(
     namespace_pairs: frozenset[tuple[str, str]],
     resolution_window: float,
     registry_deadline: float,
+    registry_timeout: float,
     leader_elect: bool,
     leader_election_namespace: str | None,
     leader_election_id: str,
@@ -550,6 +562,7 @@ def run(
     standalone: bool,
     priority: int | None,
     tick_grid_phase: float | None,
+    planning_delay: float,
     scanning: bool,
     kubeconfig: str | None,
     context: str | None,
@@ -596,6 +609,8 @@ def run(
         namespaces=NamespacePolicy(namespace_pairs),
         resolution_window=resolution_window,
         registry_deadline=registry_deadline,
+        registry_timeout=registry_timeout,
+        planning_delay=planning_delay,
     )
     metrics = Metrics()
     metrics.leader.set(0)

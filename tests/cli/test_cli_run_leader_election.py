@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import secrets
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -42,9 +44,9 @@ class Candidates:
     directory: Path
     started: list[Operator] = dataclasses.field(default_factory=list)
 
-    def start(self, account: str) -> Operator:
+    def start(self, account: str, *more: str) -> Operator:
         """``imagerefresh run --leader-elect`` as ServiceAccount ``account`` (kopf included:
-        KUBECONFIG is that account's)."""
+        KUBECONFIG is that account's), with ``more`` options."""
         kubeconfig = audited_kubeconfig(self.cluster, account, self.directory / account)
         operator = Operator(
             dataclasses.replace(self.cluster, kubeconfig=str(kubeconfig)),
@@ -59,6 +61,7 @@ class Candidates:
                 "--leader-election-lease-duration=3",
                 "--leader-election-renew-deadline=2",
                 "--leader-election-retry-period=0.5",
+                *more,
             ),
         )
         operator.start()
@@ -218,3 +221,51 @@ def test_a_leader_that_finds_another_holder_exits_non_zero_and_writes_nothing_mo
     stolen = next(i for i, w in enumerate(writes) if w.account == usurper)
     assert [w for w in writes[stolen:] if w.account == leader] == []
     assert cluster.get("lease", LEASE, "-n", ns)["spec"]["holderIdentity"] == usurper
+
+
+def test_a_policy_slow_to_plan_holds_neither_the_lease_renewals_nor_healthz(
+    candidates: Candidates, cluster: Cluster, pusher: ImagePusher
+) -> None:
+    """Planning is CPU only, and a large policy takes a while: here every plan spins the CPU
+    for longer than the renew deadline (5 s against 2 s). Planned off the event loop, the
+    leader goes on renewing the Lease and answering /healthz meanwhile, and still leads; on
+    the loop it would renew nothing for those 5 s and lose the Lease."""
+    ns, reg = candidates.namespace, candidates.registry
+    account = f"p-{secrets.token_hex(3)}"
+    a = candidates.start(account, "--planning-delay=5")
+    eventually(lambda: leads(a), timeout=BOUND, what=f"{account} to lead")
+    pusher.push(f"{ns}/app", "prod", seed="slow-plan")
+    answered: list[bool] = []
+    done = threading.Event()
+
+    def poll_health() -> None:
+        while not done.is_set():
+            try:
+                answered.append(role(a) == {"role": "leader"})
+            except httpx.HTTPError:
+                answered.append(False)
+            time.sleep(0.2)
+
+    before = len(lease_renewals(cluster, account))
+    polling = threading.Thread(target=poll_health, daemon=True)
+    polling.start()
+    deployment_with_policy(cluster, ns, f"{reg}/{ns}/app:prod")
+    try:
+        a.wait_first_tick(ns, "control-plane", timeout=BOUND)
+    finally:
+        done.set()
+        polling.join(10)
+    planned = [
+        entry
+        for entry in a.log_entries()
+        if entry.get("event") == "tick" and entry.get("policy") == f"{ns}/control-plane"
+    ]
+    assert planned
+    assert planned[0]["planning_seconds"] >= 5  # the plan did spin that long
+    assert a.process is not None
+    assert a.process.poll() is None  # still running: never deposed
+    assert leads(a)
+    # Renewals every 0.5 s went on through the 5 s plan; /healthz answered throughout.
+    assert len(lease_renewals(cluster, account)) - before >= 5
+    assert answered.count(True) >= 10
+    assert False not in answered

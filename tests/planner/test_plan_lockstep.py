@@ -966,3 +966,43 @@ def test_a_settled_time_ahead_by_no_more_than_the_clock_skew_bound_is_accepted()
     holding = tick.target("jobs-manager")
     assert holding.phase is Phase.REFRESHING
     assert holding.message.startswith("our refresh rolled out; its lockstep peers")
+
+
+# --- adoption is no move -------------------------------------------------------------------
+
+
+def test_pinning_an_adopted_member_with_a_refresh_outside_the_group_is_no_move_of_the_group() -> (
+    None
+):
+    """The edge's policy with lockstep: jobs-manager's ``api`` is on the tag and its pods
+    already run the tag's digest; ``pods-monitor-container`` drifts. Its refresh pins ``api``
+    too (free: no rollout of its own), but that moves nothing of the group — so the proxy
+    that cannot move (Frozen) is never a reason to roll jobs-manager back."""
+    tick = edge(maxSkipTicks=1)
+    on_tag = deployment("jobs-manager", {"api": JM, "pods-monitor-container": f"{PM_REPO}@{P1}"})
+    runs_d2 = [pod("p", {"api": ran(D2), "pods-monitor-container": f"docker.io/{PM_REPO}@{P1}"})]
+    frozen = proxy(D1, generation=2, observed=1)
+    first = tick.run(
+        {
+            JOBS: evidence(on_tag, runs_d2, digests={"api": D2, "pods-monitor-container": P2}),
+            PROXY: evidence(frozen, digests={"proxy": D2}),
+        },
+        advance=timedelta(seconds=10),
+    )
+    assert patched(first) == {
+        "jobs-manager": {"api": f"{JM_REPO}@{D2}", "pods-monitor-container": f"{PM_REPO}@{P2}"}
+    }
+    assert tick.target("jobs-manager").pending.adopted == ("api",)
+    assert tick.target("requests-proxy").phase is Phase.FROZEN
+    done = tick.run(
+        {
+            JOBS: evidence(
+                jobs(D2, P2, generation=2), digests={"api": D2, "pods-monitor-container": P2}
+            ),
+            PROXY: evidence(frozen, digests={"proxy": D2}),
+        }
+    )
+    assert done.patches == ()
+    assert tick.target("jobs-manager").phase is Phase.CURRENT
+    assert "Refreshed" in reasons(done, JOBS)
+    assert "RollingBack" not in reasons(done)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import kubernetes
@@ -93,59 +93,6 @@ async def eventually_async(check: Any, what: str, attempts: int = 30) -> None:
             return
         await asyncio.sleep(1)
     raise AssertionError(f"timed out waiting for {what}")
-
-
-@pytest.fixture
-def deny(cluster: Cluster) -> Iterator[Any]:
-    """Install ValidatingAdmissionPolicies (and their bindings); removed afterwards."""
-    names: list[str] = []
-
-    def install(name: str, namespace: str, resource: str, group: str, expression: str) -> None:
-        cluster.apply(
-            {
-                "apiVersion": "admissionregistration.k8s.io/v1",
-                "kind": "ValidatingAdmissionPolicy",
-                "metadata": {"name": name},
-                "spec": {
-                    "failurePolicy": "Fail",
-                    "matchConstraints": {
-                        "resourceRules": [
-                            {
-                                "apiGroups": [group],
-                                "apiVersions": ["*"],
-                                "operations": ["UPDATE"],
-                                "resources": [resource],
-                            }
-                        ]
-                    },
-                    "validations": [{"expression": expression, "message": f"{name} says no"}],
-                },
-            },
-            {
-                "apiVersion": "admissionregistration.k8s.io/v1",
-                "kind": "ValidatingAdmissionPolicyBinding",
-                "metadata": {"name": name},
-                "spec": {
-                    "policyName": name,
-                    "validationActions": ["Deny"],
-                    "matchResources": {
-                        "namespaceSelector": {
-                            "matchLabels": {"kubernetes.io/metadata.name": namespace}
-                        }
-                    },
-                },
-            },
-        )
-        names.append(name)
-
-    yield install
-    for name in names:
-        cluster.kubectl(
-            "delete",
-            "validatingadmissionpolicybinding,validatingadmissionpolicy",
-            name,
-            "--ignore-not-found",
-        )
 
 
 def _wait_refused(cluster: Cluster, probe: tuple[str, ...], what: str) -> None:

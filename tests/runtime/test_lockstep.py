@@ -144,3 +144,59 @@ def test_when_one_peer_fails_the_other_that_moved_is_rolled_back_with_it_uncount
     targets = {t["name"]: t for t in status(cluster, ns)["targets"]}
     assert targets["proxy"]["refreshAttempts"] == 1
     assert targets["api-server"]["refreshAttempts"] == 0
+
+
+def test_a_refresh_outside_the_group_that_adopts_a_member_is_never_rolled_back_for_the_group(
+    operator: Operator, cluster: Cluster, pusher: ImagePusher, policy_namespace: str
+) -> None:
+    """api-server's ``api`` is on the group's tag and its pods already run the tag's digest;
+    its ``monitor`` sidecar drifts. Refreshing the sidecar pins ``api`` too (an adoption, in
+    the same patch) — that moves nothing of the group, so the proxy that cannot move (Frozen)
+    is no reason to roll api-server back."""
+    ns, reg = policy_namespace, operator.registry
+    old = pusher.push(f"{ns}/app", "prod", seed="adopt-old")
+    new = pusher.push(f"{ns}/app", "prod", seed="adopt-new")
+    monitor_old = pusher.push(f"{ns}/monitor", "prod", seed="adopt-monitor-old")
+    monitor_new = pusher.push(f"{ns}/monitor", "prod", seed="adopt-monitor-new")
+    app, monitor = f"{reg}/{ns}/app", f"{reg}/{ns}/monitor"
+    adopted = {"imagerefresh.test/image-id.api": f"{app}@{new.digest}"}
+    cluster.apply(
+        deployment(
+            "api-server",
+            {"api": f"{app}:prod", "monitor": f"{monitor}@{monitor_old.digest}"},
+            replicas=1,
+            annotations=adopted,
+        ),
+        namespace=ns,
+    )
+    cluster.apply(
+        deployment(
+            "proxy",
+            {"proxy": f"{app}@{old.digest}"},
+            replicas=1,
+            annotations={"imagerefresh.test/never-ready": "true"},
+        ),
+        namespace=ns,
+    )
+    cluster.kubectl("rollout", "status", "-n", ns, "deployment/api-server", "--timeout=60s")
+    cluster.apply(
+        policy(
+            "control-plane",
+            target("api-server", api=f"{app}:prod", monitor=f"{monitor}:prod"),
+            target("proxy", proxy=f"{app}:prod"),
+            lockstep=True,
+            maxSkipTicks=1,
+        ),
+        namespace=ns,
+    )
+    operator.wait_first_tick(ns, "control-plane")
+    settle(operator, cluster, ns, "api-server", timeout=VERDICT_TIMEOUT)
+    assert images(cluster, ns, "api-server") == {
+        "api": f"{app}@{new.digest}",
+        "monitor": f"{monitor}@{monitor_new.digest}",
+    }
+    event_reasons(cluster, ns, "api-server", "Refreshed")
+    reasons = event_reasons(cluster, ns, "api-server")
+    assert "RollingBack" not in reasons
+    assert target_status(cluster, ns, "api-server")["refreshAttempts"] == 0
+    assert target_status(cluster, ns, "proxy")["phase"] == "Frozen"

@@ -227,3 +227,49 @@ def test_policies_are_deleted_at_once_with_the_operator_stopped_and_a_left_final
         timeout=30,
         what="the left finalizer to be removed",
     )
+
+
+def test_a_rollback_an_admission_policy_refuses_is_sent_again_backing_off_not_every_period(
+    operator: Operator, cluster: Cluster, pusher: ImagePusher, policy_namespace: str, deny: Any
+) -> None:
+    """A failed refresh whose rollback an admission policy refuses stays owed: follow-ups send
+    it again 2 s after the first refusal, then 4, 8 … (the status says when), not every 2 s."""
+    ns, reg = policy_namespace, operator.registry
+    _, pinned_good = running_good_digest_with_bad_next(cluster, pusher, ns, reg, "owed")
+    pusher.push(f"{ns}/app", "prod", seed="owed-bad")  # the tag → the bad digest
+    cluster.apply(
+        policy("control-plane", target("app", app=f"{reg}/{ns}/app:prod"), rolloutTimeout="30s"),
+        namespace=ns,
+    )
+    eventually(
+        lambda: target_status(cluster, ns, "app").get("pending", {}).get("generation"),
+        timeout=VERDICT_TIMEOUT,
+        what="the refresh to land",
+    )
+    # Now nothing may put the good digest back: the rollback will be refused, for good.
+    no_rollback = f"!object.spec.template.spec.containers.exists(c, c.image == '{pinned_good}')"
+    deny(f"no-rollback-{ns}", ns, "deployments", "apps", no_rollback)
+    probe = ("set", "image", "deployment/app", "-n", ns, f"app={pinned_good}", "--dry-run=server")
+    eventually(
+        lambda: cluster.kubectl(*probe, check=False).returncode != 0,
+        timeout=30,
+        what="the admission policy to refuse the rollback",
+    )
+    refused: dict[int, datetime] = {}
+
+    def refusals_seen() -> bool:
+        pending = target_status(cluster, ns, "app").get("pending") or {}
+        if pending.get("refusals"):
+            refused[pending["refusals"]] = datetime.fromisoformat(pending["refusedAt"])
+        return all(n in refused for n in range(1, 5))
+
+    eventually(refusals_seen, timeout=VERDICT_TIMEOUT, what="four refusals in a row", interval=0.2)
+    owed = target_status(cluster, ns, "app")
+    assert owed["phase"] == "Refused"
+    assert "the rollback stays owed: refused" in owed["message"]
+    assert "it is sent again at" in owed["message"]
+    gaps = [(refused[n + 1] - refused[n]).total_seconds() for n in (1, 2, 3)]
+    # Each wait is at least the back-off (2, 4, 8 s; timestamps have second precision).
+    assert [gap >= wait - 1 for gap, wait in zip(gaps, (2, 4, 8), strict=True)] == [True] * 3, gaps
+    assert images(cluster, ns, "app")["app"] != pinned_good
+    assert interval_ticks(operator, ns) == 1  # every send was a follow-up's

@@ -20,6 +20,8 @@ misbehaves in exactly one way, chosen by :attr:`HostileRegistry.behaviour`:
 ``oversized-token``         a Bearer challenge whose token service answers JSON over 64 KiB
 ``redirect``                manifest requests are redirected (302) to :attr:`redirect_to`
 ``throttle``                manifest requests are answered 429 with :attr:`retry_after`
+``silent``                  every request is read and never answered: the connection stays
+                            open until the client gives up (or :meth:`HostileRegistry.stop`)
 ==========================  ==================================================================
 
 ``require_basic`` adds a Basic challenge before any of it. It speaks HTTP itself over asyncio
@@ -97,6 +99,7 @@ class HostileRegistry:
     received: list[Received] = field(default_factory=list)
     port: int = 0
     _loop: asyncio.AbstractEventLoop | None = None
+    _open: set[asyncio.StreamWriter] = field(default_factory=set)
     _server: asyncio.Server | None = None
     _thread: threading.Thread | None = None
 
@@ -137,6 +140,8 @@ class HostileRegistry:
         async def shutdown() -> None:
             if self._server is not None:
                 self._server.close()
+            for writer in list(self._open):  # a silent front lets its clients go at once
+                writer.close()
             await self._backend.aclose()
 
         asyncio.run_coroutine_threadsafe(shutdown(), self._loop).result(10)
@@ -147,6 +152,13 @@ class HostileRegistry:
     # --- one connection, one request -----------------------------------------------------
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._open.add(writer)
+        try:
+            await self._serve_one(reader, writer)
+        finally:
+            self._open.discard(writer)
+
+    async def _serve_one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             head = await reader.readuntil(b"\r\n\r\n")
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
@@ -191,6 +203,8 @@ class HostileRegistry:
         self, method: str, target: str, headers: dict[str, str]
     ) -> tuple[int, list[tuple[str, str]], bytes, bool]:
         """(status, headers, body, chunked) for one request."""
+        if self.behaviour == "silent":
+            await asyncio.Event().wait()  # until the client hangs up or the front stops
         if self.require_basic and not headers.get("authorization", "").startswith("Basic "):
             return 401, [("WWW-Authenticate", 'Basic realm="hostile"')], b"", False
         if target.startswith("/token"):

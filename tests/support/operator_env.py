@@ -122,6 +122,18 @@ class Operator:
             log.seek(self._log_offset)
             return log.read().decode(errors="replace")
 
+    def log_entries(self) -> list[dict[str, Any]]:
+        """The current process's JSON log lines, parsed (a line being written is skipped)."""
+        entries = []
+        for line in self.log().splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(entry, dict):
+                entries.append(entry)
+        return entries
+
     def metric(self, name: str, **labels: str) -> float:
         text = httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5).text
         total = 0.0
@@ -146,9 +158,8 @@ class Operator:
     def ticks(self, namespace: str, policy: str) -> float:
         return self.metric("imagerefresh_ticks_total", namespace=namespace, policy=policy)
 
-    def tick(self, namespace: str, policy: str, timeout: float = 30) -> None:
-        """Ask for a prompt tick and wait until one whole tick has run after the request."""
-        before = self.ticks(namespace, policy)
+    def bump(self, namespace: str, policy: str) -> None:
+        """Ask for a prompt tick (a new refresh-now value), without waiting for it."""
         self._bumps += 1
         self.cluster.kubectl(
             "annotate",
@@ -159,6 +170,11 @@ class Operator:
             policy,
             f"{REFRESH_NOW}={self._bumps}-{secrets.token_hex(3)}",
         )
+
+    def tick(self, namespace: str, policy: str, timeout: float = 30) -> None:
+        """Ask for a prompt tick and wait until one whole tick has run after the request."""
+        before = self.ticks(namespace, policy)
+        self.bump(namespace, policy)
         deadline = time.monotonic() + timeout
         # A tick in flight when we bumped may finish first: wait for two, or one started after.
         while self.ticks(namespace, policy) < before + 1:

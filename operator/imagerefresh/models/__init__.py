@@ -2,6 +2,9 @@
 
 from imagerefresh.models.durations import Duration, format_duration, parse_duration
 from imagerefresh.models.policy import (
+    MAX_CONTAINERS_PER_TARGET,
+    MAX_POLICY_CONTAINERS,
+    MAX_TARGETS,
     ContainerSpec,
     PolicySpec,
     PullBudgetSpec,
@@ -24,6 +27,9 @@ from imagerefresh.models.status import (
 )
 
 __all__ = [
+    "MAX_CONTAINERS_PER_TARGET",
+    "MAX_POLICY_CONTAINERS",
+    "MAX_TARGETS",
     "Condition",
     "ConditionType",
     "ContainerSpec",

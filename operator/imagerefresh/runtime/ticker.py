@@ -231,7 +231,7 @@ class PolicyTicker:
         """Plan on the evidence, apply the plan, and say what is in flight."""
         now = self.clock()
         gathered = assemble(found, digests, now, self.config, follow_up=follow_up)
-        plan, reservations = await self._plan(gathered)
+        plan, reservations, planning = await self._plan(gathered)
         applied = await apply_plan(plan, policy, gathered, self.api, now, self.events)
         landed = {id(patch) for patch in (*applied.patched, *applied.unknown)}
         for patch, held in reservations:
@@ -239,7 +239,7 @@ class PolicyTicker:
                 self.ledger.release(held)  # that refresh never happened: its pulls are free
         metadata = policy["metadata"]
         namespace, name = metadata["namespace"], metadata["name"]
-        self._record(namespace, name, gathered, applied, plan)
+        self._record(namespace, name, gathered, applied, plan, planning)
         flying = in_flight(gathered.tick.policy.spec, applied.status, namespace)
         versions = {
             key: str(workload["metadata"].get("resourceVersion", ""))
@@ -248,14 +248,18 @@ class PolicyTicker:
         }
         return TickOutcome(plan, applied, flying, versions, plan.window_opens)
 
-    async def _plan(self, gathered: Gathered) -> tuple[Plan, list[tuple[ImagePatch, Reservation]]]:
+    async def _plan(
+        self, gathered: Gathered
+    ) -> tuple[Plan, list[tuple[ImagePatch, Reservation]], float]:
         """Plan on the budget as it is now, and reserve the pulls of the refreshes planned —
-        before any other tick reads the budget."""
+        before any other tick reads the budget; and how long planning took (seconds)."""
         async with self._budget:
             tick = replace(gathered.tick, budgets=budgets(self.ledger, gathered.accounts))
             loop = asyncio.get_running_loop()
+            started = time.monotonic()
             plan = await loop.run_in_executor(self._planner, self._planned, tick)
-            return plan, self._reserve(plan, gathered)
+            took = time.monotonic() - started
+            return plan, self._reserve(plan, gathered), took
 
     def _planned(self, tick: TickInput) -> Plan:
         if self.config.planning_delay > 0:  # tests: planning that takes the CPU for a while
@@ -298,7 +302,13 @@ class PolicyTicker:
             self.metrics.status_writes.labels(namespace, name).inc()
 
     def _record(
-        self, namespace: str, name: str, gathered: Gathered, applied: Applied, plan: Plan
+        self,
+        namespace: str,
+        name: str,
+        gathered: Gathered,
+        applied: Applied,
+        plan: Plan,
+        planning: float,
     ) -> None:
         spec = gathered.tick.policy.spec
         self.metrics.record_status(namespace, name, spec, applied.status)
@@ -329,4 +339,5 @@ class PolicyTicker:
             status_written=applied.status_written,
             follow_up=gathered.tick.follow_up,
             decisions=plan.decisions,
+            planning_seconds=round(planning, 3),
         )
