@@ -35,6 +35,7 @@ from typing import Any, cast
 
 import httpx
 import kubernetes.client
+import planning
 from apiserver import ApiWindow, Cost
 from fleet import EDGE_AGENTS, EDGE_CP, EDGE_IMAGES, Fleet, edge_policy, edge_workloads
 from harness import (
@@ -1001,7 +1002,25 @@ class Bench:
 
     # -- the whole run ------------------------------------------------------------------------
 
+    def planning(self) -> None:
+        """Row 7: planning the largest policies the CRD admits (pure: no cluster involved)."""
+        for cost in planning.measure():
+            figure = (
+                f"{cost.case} ({cost.targets} targets, {cost.containers} containers, "
+                f"{cost.decisions} decisions): CPU per plan, median / worst"
+            )
+            at_limit = f"{_fmt(cost.worst / planning.LIMIT, 2)} s at the chart's 100m"
+            self.table.add(
+                "7 planning, largest admitted policies",
+                figure,
+                f"{_fmt(cost.median * 1000)} ms / {_fmt(cost.worst * 1000)} ms ({at_limit})",
+                "< 100 ms",
+                ok=cost.worst < 0.1,
+            )
+
     def run(self) -> None:
+        note("planning the largest admitted policies")
+        self.planning()
         self.setup()
         if "edge" not in self.config.skip:
             note("(a) the edge: registry requests and API cost")

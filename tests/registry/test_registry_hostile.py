@@ -8,6 +8,7 @@ digest pinned on a lie, never a crash) and what the front received.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -91,6 +92,24 @@ async def test_retries_of_a_failing_registry_end_at_the_total_deadline(
             await client.resolve(parse(f"{hub_front.host}/hostile/5xx:prod"))
     failed = [r for r in hub_front.served if r.status == 503]
     assert 1 <= len(failed) < 9  # cut short: never all nine attempts
+
+
+async def test_waiting_for_a_turn_at_a_registry_that_never_answers_counts_in_the_deadline(
+    hostile: HostileRegistry, pusher: ImagePusher
+) -> None:
+    """Two requests at a time, and the registry answers none: the six that queue behind them
+    end at the same deadline, never sent — no queue grows behind a registry that hangs."""
+    hostile.behaviour = "silent"
+    references = [pushed_to(pusher, hostile, f"hostile/silent{i}")[1] for i in range(8)]
+    async with client_for(
+        hostile.host, timeout=READ_TIMEOUT, deadline=DEADLINE, concurrency_per_registry=2
+    ) as client:
+        outcomes = await asyncio.gather(
+            *(client.resolve(parse(r)) for r in references), return_exceptions=True
+        )
+    assert all(isinstance(outcome, RegistryTimeout) for outcome in outcomes), outcomes
+    assert all("within the 1s deadline" in str(outcome) for outcome in outcomes)
+    assert len(hostile.received) == 2  # the queued six were never sent
 
 
 # --- size caps and encodings ------------------------------------------------------------------
