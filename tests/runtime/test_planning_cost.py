@@ -51,17 +51,20 @@ def test_the_largest_admitted_lockstep_policy_costs_two_decisions_per_target(
             workloads.append(deployment(name, {"c": f"{host}/{ns}/g{pair}@{old}"}, replicas=1))
             targets.append(target(name, c=f"{host}/{ns}/g{pair}:prod"))
     cluster.apply(*workloads, namespace=ns)
+    cluster.kubectl(
+        "wait", "--for=condition=Available", "deployment", "--all", "-n", ns, "--timeout=180s"
+    )
     cluster.apply(
         policy("control-plane", *targets, lockstep=True, pullBudget={"reserve": 0}),
         namespace=ns,
     )
     operator.wait_first_tick(ns, "control-plane", timeout=120)
-    phases = eventually(
-        lambda: {t["phase"] for t in status(cluster, ns).get("targets", ())} or None,
-        timeout=30,
-        what="the policy's status",
-    )
-    assert phases == {"Deferred"}
+
+    def deferred() -> bool:
+        operator.tick(ns, "control-plane", timeout=120)
+        return {t["phase"] for t in status(cluster, ns).get("targets", ())} == {"Deferred"}
+
+    eventually(deferred, timeout=180, what="every target to be deferred", interval=1)
     ticks = [
         entry
         for entry in operator.log_entries()
