@@ -148,6 +148,7 @@ class HostileRegistry:
         self._loop.call_soon_threadsafe(self._loop.stop)
         if self._thread is not None:
             self._thread.join(10)
+        self._loop = None  # stopped: stopping again does nothing
 
     # --- one connection, one request -----------------------------------------------------
 
