@@ -126,7 +126,11 @@ def test_only_the_leader_writes_and_the_standby_takes_over_after_the_leader_is_k
     eventually(lambda: leads(b), timeout=BOUND, what=f"{second} to take over")
     b.wait_first_tick(ns, "control-plane", timeout=BOUND)
     assert role(b) == {"role": "leader"}
-    writes = [w for w in audited_writes(cluster, first, second) if w.succeeded]
+    # Its own namespace only: an operator serves every irp-* namespace, and one an earlier test
+    # left terminating may still hold a policy of its own.
+    writes = [
+        w for w in audited_writes(cluster, first, second) if w.succeeded and w.namespace == ns
+    ]
     takeover = next(i for i, w in enumerate(writes) if w.account == second)
     assert writes[takeover].resource == "leases"  # its first write is taking the Lease
     assert all(w.account == first for w in writes[:takeover])
@@ -176,7 +180,11 @@ def test_a_new_leader_judges_the_rollout_the_killed_one_started_and_never_patche
     )
     assert current["lastGood"] == {"app": f"{reg}/{ns}/app@{pushed.digest}"}
     event_reasons(cluster, ns, "app", "Refreshing", "Refreshed")
-    writes = [w for w in audited_writes(cluster, first, second) if w.succeeded]
+    # Its own namespace only: an operator serves every irp-* namespace, and one an earlier test
+    # left terminating may still hold a policy of its own.
+    writes = [
+        w for w in audited_writes(cluster, first, second) if w.succeeded and w.namespace == ns
+    ]
     patches = [w for w in writes if w.resource == "deployments" and w.verb == "patch"]
     assert [w.account for w in patches] == [first]  # exactly one patch for that digest
     verdicts = [w for w in writes if w.resource == "imagerefreshpolicies/status"]
