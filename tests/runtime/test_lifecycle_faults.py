@@ -28,10 +28,13 @@ from imagerefresh.runtime.ticker import PolicyTicker
 from support.cluster_env import Cluster, eventually
 from support.operator_env import deployment_with_policy
 from support.registry_env import ImagePusher
+from support.scenario import deployment, policy, target
 
 pytestmark = pytest.mark.cluster
 
 POLICY = "control-plane"
+# New pods become Ready only this long after they are scheduled: a rollout stays in flight.
+SLOW = {"imagerefresh.test/ready-after": "60s"}
 
 
 @pytest.fixture
@@ -459,3 +462,38 @@ async def test_patch_rights_revoked_mid_run_are_refused_then_retried_once_grante
         assert _image(cluster, ns).endswith(f"@{new}")
         assert _target_status(cluster, ns)["phase"] == "Refreshing"
         ticker.events.wait_idle(30)
+
+
+async def test_a_follow_up_leaves_a_new_reset_for_the_tick_that_reads_every_target(
+    crd_installed: Cluster,
+    registry: str,
+    pusher: ImagePusher,
+    policy_namespace: str,
+    ticker: PolicyTicker,
+) -> None:
+    """A follow-up reads only the rollout in flight (``app``): a reset seen then is left for
+    the next tick that reads every target — it neither uses the value up nor marks the target
+    it did not read (``idle``) unreadable."""
+    cluster, ns = crd_installed, policy_namespace
+    old = pusher.push(f"{ns}/app", "prod", seed="reset-follow-old").digest
+    new = pusher.push(f"{ns}/app", "prod", seed="reset-follow-new").digest
+    repo = f"{registry}/{ns}/app"
+    cluster.apply(
+        deployment("app", {"app": f"{repo}@{old}"}, replicas=1, annotations=SLOW),
+        deployment("idle", {"app": f"{repo}@{new}"}, replicas=1),
+        policy(POLICY, target("app", app=f"{repo}:prod"), target("idle", app=f"{repo}:prod")),
+        namespace=ns,
+    )
+    for name in ("app", "idle"):
+        cluster.kubectl("rollout", "status", "-n", ns, f"deployment/{name}", "--timeout=60s")
+    await ticker.tick(ns, POLICY)  # app's refresh starts; idle is current
+    cluster.kubectl("annotate", "irp", POLICY, "-n", ns, "images.tracebloc.io/reset=now")
+    followed = await ticker.tick(ns, POLICY, follow_up=True)
+    assert followed is not None
+    status = cluster.get("irp", POLICY, "-n", ns)["status"]
+    assert "lastReset" not in status
+    idle = next(t for t in status["targets"] if t["name"] == "idle")
+    assert idle["phase"] == "Current"
+    assert _conditions(cluster, ns)["Degraded"]["status"] == "False"
+    await ticker.tick(ns, POLICY)
+    assert cluster.get("irp", POLICY, "-n", ns)["status"]["lastReset"] == "now"
