@@ -34,7 +34,7 @@ pytestmark = pytest.mark.cluster
 
 POLICY = "control-plane"
 # New pods become Ready only this long after they are scheduled: a rollout stays in flight.
-SLOW = {"imagerefresh.test/ready-after": "60s"}
+SLOW = {"imagerefresh.test/ready-after": "20s"}
 
 
 @pytest.fixture
