@@ -21,6 +21,7 @@ from support.scenario import (
     event_messages,
     event_reasons,
     images,
+    pod_quota,
     policy,
     settle,
     target,
@@ -97,15 +98,7 @@ def test_a_gitops_self_heal_reverting_our_landed_pin_to_the_tag_ends_locked_nami
     old = pusher.push(f"{ns}/jobs-manager", "prod", seed="selfheal-old").digest
     pusher.push(f"{ns}/jobs-manager", "prod", seed="selfheal-new")
     repo, tag = f"{reg}/{ns}/jobs-manager", f"{reg}/{ns}/jobs-manager:prod"
-    cluster.apply(
-        {
-            "apiVersion": "v1",
-            "kind": "ResourceQuota",
-            "metadata": {"name": "one-pod"},
-            "spec": {"hard": {"pods": "1"}},
-        },
-        namespace=ns,
-    )
+    cluster.apply(pod_quota(1), namespace=ns)
     running_old = {"imagerefresh.test/image-id.api": f"{repo}@{old}"}
     cluster.apply(
         deployment("jobs-manager", {"api": tag}, replicas=1, annotations=running_old),

@@ -20,7 +20,15 @@ from support.cluster_env import Cluster, eventually
 from support.hostile_registry import HostileRegistry
 from support.operator_env import Operator, running_operator
 from support.registry_env import ImagePusher
-from support.scenario import deployment, event_reasons, images, policy, settle, target
+from support.scenario import (
+    deployment,
+    event_reasons,
+    images,
+    pod_quota,
+    policy,
+    settle,
+    target,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -137,17 +145,9 @@ def test_a_policy_s_healthy_rollout_is_judged_while_its_tick_waits_on_another_re
     new = pusher.push(f"{ns}/app", "prod", seed="mixed-new").digest
     side = pusher.push(f"{ns}/side", "prod", seed="mixed-side").digest
     repo, side_repo = f"{reg}/{ns}/app", f"{silent.host}/{ns}/side"
-    # One pod at a time: the refresh's new pod waits for the quota, so its rollout is in
-    # flight until the test raises it.
-    cluster.apply(
-        {
-            "apiVersion": "v1",
-            "kind": "ResourceQuota",
-            "metadata": {"name": "one-pod"},
-            "spec": {"hard": {"pods": "2"}},
-        },
-        namespace=ns,
-    )
+    # Two pods (app's and side's): the refresh's new pod waits for the quota, so its rollout
+    # is in flight until the test raises it.
+    cluster.apply(pod_quota(2), namespace=ns)
     cluster.apply(deployment("app", {"app": f"{repo}@{old}"}, replicas=1), namespace=ns)
     cluster.apply(deployment("side", {"side": f"{side_repo}@{side}"}, replicas=1), namespace=ns)
     for name in ("app", "side"):
@@ -173,7 +173,7 @@ def test_a_policy_s_healthy_rollout_is_judged_while_its_tick_waits_on_another_re
         what="the tick to be waiting on the silent registry",
     )
     cluster.kubectl(
-        "patch", "resourcequota", "one-pod", "-n", ns, "--type=merge",
+        "patch", "resourcequota", "pods", "-n", ns, "--type=merge",
         "-p", '{"spec": {"hard": {"pods": "10"}}}',
     )  # fmt: skip
     verdict = eventually(

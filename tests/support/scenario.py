@@ -31,6 +31,18 @@ def deployment(
     }
 
 
+def pod_quota(pods: int) -> dict[str, Any]:
+    """A ResourceQuota of ``pods`` pods: a rollout whose new pod would exceed it is held in
+    flight (its surge pod is never created) until the quota is raised or the template reverted
+    — a rollout the test decides the end of, with no clock involved."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "pods"},
+        "spec": {"hard": {"pods": str(pods)}},
+    }
+
+
 def policy(name: str, *targets: dict[str, Any], **spec: Any) -> dict[str, Any]:
     return {
         "apiVersion": "images.tracebloc.io/v1alpha1",
