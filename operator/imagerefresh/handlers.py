@@ -160,7 +160,7 @@ def build_registry(scope: NamespaceScope | None = None) -> kopf.OperatorRegistry
         uid = body.metadata.uid or ""
         if type == "DELETED":
             memo.ticker.claims.forget(uid)
-            memo.scheduler.forget(uid)  # and its series go with it (SPEC §6)
+            memo.scheduler.forget(uid)  # and its series go with it
             return
         await _drop_legacy_finalizer(memo, body)
         if body.metadata.get("deletionTimestamp"):

@@ -6,7 +6,7 @@ passed to what records into it; tests make their own. Per-target gauges are keye
 keyed by (registry, identity), the identity being the account's pull secret
 (``namespace/name``) or ``anonymous`` — never a username.
 
-A series lives only as long as what it describes (SPEC §6): a deleted policy's series are
+A series lives only as long as what it describes: a deleted policy's series are
 removed (:meth:`Metrics.forget_policy`), and each status recorded removes the series of the
 targets, conditions and registry budgets it no longer reports — else an alert on a stale
 series (a target frozen, a policy not ticking) would fire until the operator restarts.

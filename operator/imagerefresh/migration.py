@@ -1,4 +1,4 @@
-"""From an edge's ``image-refresh`` CronJob to the ImageRefreshPolicy that replaces it (SPEC §10).
+"""From an edge's ``image-refresh`` CronJob to the ImageRefreshPolicy that replaces it.
 
 Pure: the shell reads the CronJob, the three workloads it refreshes and (on the jobs-manager
 Deployment) the state it keeps; this module turns them into the policy, the carried-over status,

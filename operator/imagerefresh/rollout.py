@@ -7,7 +7,7 @@ then every replica must be *updated* and available. These functions apply those 
 kubectl's order, to a workload object as the API server returns it (a JSON dict), so they are
 pure and table-testable.
 
-Progress, for the progress deadline (SPEC §4: a rollout fails when it has made no progress for
+Progress, for the progress deadline (a rollout fails when it has made no progress for
 ``rolloutTimeout``, not when it is merely long): :func:`rollout_progress` reads how many replicas
 (or scheduled nodes) are updated and how many are available, once the controller has observed
 the current generation — before that the counts still describe the previous rollout.

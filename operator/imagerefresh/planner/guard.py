@@ -2,7 +2,7 @@
 
 The planner builds refresh patches from the live image and a resolved digest, and rollback
 patches from ``pending.previous`` — which it reads back from status, where anyone with
-``update`` on the status subresource can write anything. So the rule of SPEC §7 ("the operator
+``update`` on the status subresource can write anything. So the rule ("the operator
 only rewrites tag/digest within the tracked repository") is not left to the paths that build
 patches: :func:`check_patch` is called at the single place patches are sent
 (:meth:`imagerefresh.kube.api.KubeApi.patch_images`), whatever built them, and a patch that

@@ -1,4 +1,4 @@
-"""One target's decision in a tick (SPEC §4.3), independent of every other target.
+"""One target's decision in a tick, independent of every other target.
 
 The steps run in the spec's order and each may end the decision:
 

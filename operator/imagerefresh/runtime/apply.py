@@ -4,7 +4,7 @@ This is the write half of the imperative shell, and its order is the point:
 
 1. A plan with patches first writes its status — which carries each patch as ``pending`` — and
    sends nothing unless that write landed. A patch that lands is then always recognised as the
-   operator's own, even after a crash or a lost status write (SPEC §4 f).
+   operator's own, even after a crash or a lost status write.
 2. Each patch is sent through :meth:`~imagerefresh.kube.api.KubeApi.patch_images` (the write
    guard runs there) and its outcome is one of four, each with one meaning in status:
    *landed* (pending gets the generation it produced); *precondition failed* (someone edited

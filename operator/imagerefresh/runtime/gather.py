@@ -276,7 +276,7 @@ def _identities(
 
 def _runs_tracked(workload: Workload | None, container: ContainerSpec) -> bool:
     """Whether the live container runs the tracked repository: only then is its registry
-    asked (a Conflict is never patched, so its tag is nobody's business — SPEC §5)."""
+    asked (a Conflict is never patched, so its tag is nobody's business)."""
     live = workload.containers.get(container.name) if workload is not None else None
     if live is None:
         return False

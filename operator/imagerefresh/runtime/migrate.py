@@ -7,7 +7,7 @@ The order of ``--apply`` is what makes it safe, and every step can be run again:
 3. wait, bounded, for a refresh Job still running — it may still change the images or the
    state annotations — and stop (nothing created) if one outlives the wait;
 4. read the state again and create the policy **suspended**: the operator ticks a suspended
-   policy without touching any workload (SPEC §4.1);
+   policy without touching any workload;
 5. write the carried-over status (status subresource, guarded by resourceVersion: a write the
    operator made meanwhile makes ours fail and be retried on what it wrote);
 6. only then unsuspend the policy. Its first real tick therefore reads the CronJob's lockout as
