@@ -60,8 +60,8 @@ def spend(
     budgets: Mapping[Account, BudgetSnapshot],
     reserve: int,
     groups: Sequence[Group] = (),
-) -> tuple[dict[TargetKey, str], Counter[Account]]:
-    """Spend ``pulls`` unit by unit: (why each deferred target is deferred, what was spent)."""
+) -> dict[TargetKey, str]:
+    """Spend ``pulls`` unit by unit; why each target deferred is deferred."""
     spent: Counter[Account] = Counter()
     deferred: dict[TargetKey, str] = {}
     for unit in ordered:
@@ -90,4 +90,4 @@ def spend(
                 f"budget does not cover all of its refreshes at once ({names}): {refusal}"
             )
         deferred.update(dict.fromkeys(starting, refusal))
-    return deferred, spent
+    return deferred

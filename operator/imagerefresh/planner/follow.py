@@ -9,8 +9,8 @@ when that is, so the shell can tick then without polling for it.
 
 A rollback the API server refused for good (an admission policy, RBAC) is owed: every tick
 of the interval sends it again, and between them a follow-up does too, backing off — 2 s
-after the first refusal, doubling with each, never more often than once per interval is
-spared — so a refusal that stays costs a request per interval, not one every 2 s.
+after the first refusal, doubling with each, up to once per interval — so a refusal that
+stays costs about a request per interval, not one every 2 s.
 """
 
 from __future__ import annotations

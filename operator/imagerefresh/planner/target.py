@@ -85,9 +85,6 @@ class TargetContext:
     reset: bool
     window: WindowState = OPEN  # whether a refresh may start now (spec.windows, or an override)
     follow_up: bool = False  # a tick that follows rollouts: it judges, it starts no refresh
-    # Each target's containers in a lockstep group: pinning one that needs no move (an
-    # adoption) is recorded as such, so it is never taken for the group moving.
-    grouped: Mapping[TargetKey, frozenset[str]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

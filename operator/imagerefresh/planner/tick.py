@@ -165,10 +165,6 @@ class _Targets:
         self.tick = tick
         self.keys = [policy.target_key(index) for index in range(len(spec.targets))]
         self.groups = lockstep_groups(spec, self.keys)
-        grouped: dict[TargetKey, set[str]] = {}
-        for group in self.groups:
-            for key, names in group.members.items():
-                grouped.setdefault(key, set()).update(names)
         self.ctx = TargetContext(
             spec,
             f"{policy.namespace}/{policy.name}",
@@ -176,7 +172,6 @@ class _Targets:
             reset,
             window=window,
             follow_up=tick.follow_up,
-            grouped={key: frozenset(names) for key, names in grouped.items()},
         )
         self.twice = {key for key, count in Counter(self.keys).items() if count > 1}
         self.previous = {_key(status): status for status in policy.status.targets}
@@ -229,7 +224,7 @@ class _Targets:
         pulls = {key: o.pulls for key, o in self.decided() if o.pulls}
         reserve = self.tick.policy.spec.pull_budget.reserve
         ordered = units(self.keys, self.groups)
-        deferred, _ = spend(ordered, pulls, self.tick.budgets, reserve, self.groups)
+        deferred = spend(ordered, pulls, self.tick.budgets, reserve, self.groups)
         if not deferred:
             return
         wanted = dict(self.orders)

@@ -175,8 +175,8 @@ def _revised(
                 "phase": Phase.REFUSED,
                 "message": (
                     f"{message}; the rollback stays owed: refused {owed.refusals} time(s) in a "
-                    f"row, it is sent again at {format_timestamp(retry)} (backing off, then at "
-                    "every tick)"
+                    f"row; it is sent again at {format_timestamp(retry)} (backing off up to the "
+                    "interval) and at every interval tick"
                 ),
                 "pending": owed,
             }

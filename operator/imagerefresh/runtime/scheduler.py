@@ -230,7 +230,7 @@ class Scheduler:
                 policy.name,
                 follow_up=follow_up,
                 asked_at=asked_at,
-                **({} if follow_up else {"resolving": resolving}),
+                resolving=None if follow_up else resolving,
             )
         except KubeError as error:
             log.warning(

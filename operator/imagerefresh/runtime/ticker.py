@@ -78,6 +78,13 @@ class _PolicyTicks:
     decided: int = 0  # decisions applied so far: a change says a tick's reads are stale
 
 
+def _unread(read: PolicyUnreadable | None) -> str:
+    """The tick outcome of a policy that is gone (None) or cannot be read."""
+    if read is None:
+        return "gone"
+    return "invalid" if read.part == "spec" else "unreadable_status"
+
+
 class PolicyTicker:
     def __init__(
         self,
@@ -162,11 +169,8 @@ class PolicyTicker:
             async with ticks.lock, self._slots:
                 read = await self._read(namespace, name, follow_up, asked_at)
                 seen = ticks.decided
-            if read is None:
-                outcome = "gone"
-                return None
-            if isinstance(read, PolicyUnreadable):
-                outcome = "invalid" if read.part == "spec" else "unreadable_status"
+            if read is None or isinstance(read, PolicyUnreadable):
+                outcome = _unread(read)
                 return None
             policy, found = read
             if resolving is not None:
@@ -182,7 +186,7 @@ class PolicyTicker:
                 if ticks.decided != seen:
                     read = await self._read(namespace, name, follow_up, None)
                     if read is None or isinstance(read, PolicyUnreadable):
-                        outcome = "gone" if read is None else "unreadable_status"
+                        outcome = _unread(read)
                         return None
                     policy, found = read
                     digests, _ = await resolve_digests(found, self.resolver, known=answers)
@@ -233,9 +237,9 @@ class PolicyTicker:
         gathered = assemble(found, digests, now, self.config, follow_up=follow_up)
         plan, reservations, planning = await self._plan(gathered)
         applied = await apply_plan(plan, policy, gathered, self.api, now, self.events)
-        landed = {id(patch) for patch in (*applied.patched, *applied.unknown)}
+        landed = {*applied.patched, *applied.unknown}
         for patch, held in reservations:
-            if id(patch) not in landed:
+            if patch not in landed:
                 self.ledger.release(held)  # that refresh never happened: its pulls are free
         metadata = policy["metadata"]
         namespace, name = metadata["namespace"], metadata["name"]
