@@ -12,8 +12,10 @@ export IMAGEREFRESH_CACHE ?= $(HOME)/.cache/imagerefresh
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 # Debian packages the tests run for real: the distribution registry, openssl for the local
 # control plane's certificates; podman and runc build and run the operator's image (no Docker
-# engine), mmdebstrap makes its local base from Debian's packages (docker.io is unreachable).
-DEBIAN_PACKAGES := docker-registry openssl podman runc mmdebstrap
+# engine) and runc also runs the real node's containers (e2e/local); mmdebstrap makes the image's
+# local base from Debian's packages (docker.io is unreachable); busybox-static is what the real
+# node's images (its sandbox, the tests' builds) run.
+DEBIAN_PACKAGES := docker-registry openssl podman runc mmdebstrap busybox-static
 
 .PHONY: setup system-deps binaries image lint types contracts unit test demo clean mutation
 

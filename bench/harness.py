@@ -123,6 +123,8 @@ class Environment:
             registry=self.registry,
             started_here=True,
             kubectl_cache=cache,
+            e2e_state=Path(exported["IMAGEREFRESH_E2E_STATE"]),
+            node=exported["IMAGEREFRESH_TEST_NODE"],
         )
         note(f"local environment up in {time.monotonic() - started:.1f}s (state {self.state})")
         return self.cluster

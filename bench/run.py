@@ -36,6 +36,7 @@ from typing import Any, cast
 import httpx
 import kubernetes.client
 import planning
+import real_node
 from apiserver import ApiWindow, Cost
 from fleet import EDGE_AGENTS, EDGE_CP, EDGE_IMAGES, Fleet, edge_policy, edge_workloads
 from harness import (
@@ -56,6 +57,7 @@ from harness import (
 
 from support.cluster_env import Cluster
 from support.hub_front import ServedRequest
+from support.realnode_env import RealNode
 from support.registry_env import ImagePusher
 
 BARE_OPERATOR = Path(__file__).resolve().with_name("bare_operator.py")
@@ -93,7 +95,7 @@ class Config:
     )
     # Logs and samples outlive the environment (whose state dir `e2e/local down` removes).
     logs: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="imagerefresh-bench-")))
-    # For development only: parts to leave out (edge, scale, soak, takeover).
+    # For development only: parts to leave out (edge, node, scale, soak, takeover).
     skip: frozenset[str] = field(
         default_factory=lambda: frozenset(filter(None, os.environ.get("BENCH_SKIP", "").split(",")))
     )
@@ -405,9 +407,11 @@ class Bench:
             "--timeout=60s",
             "crd/imagerefreshpolicies.images.tracebloc.io",
         )
-        for namespace in (EDGE_CP, EDGE_AGENTS):
+        for namespace in (EDGE_CP, EDGE_AGENTS, real_node.NAMESPACE):
             self.namespace(namespace)
-        self.start_operator([EDGE_CP, EDGE_AGENTS, f"{self.fleet.prefix}-*"], "operator")
+        self.start_operator(
+            [EDGE_CP, EDGE_AGENTS, real_node.NAMESPACE, f"{self.fleet.prefix}-*"], "operator"
+        )
 
     # -- (a) the edge: registry and API cost ----------------------------------------------
 
@@ -499,6 +503,14 @@ class Bench:
             "< 5 s",
             ok=max(verdicts) < 5,
         )
+
+    def real_node(self) -> None:
+        node = RealNode(self.cluster, str(self.cluster.node), Path(str(self.cluster.e2e_state)))
+        rows = real_node.measure(
+            self.client, node, self.pusher, self.triggers.bump, self.config.changes
+        )
+        for figure, measured, kwok in rows:
+            self.table.add("5 latency, real node", figure, measured, "", f"kwok {kwok}")
 
     def _one_change(self, edge: list[tuple[str, str]], verdicts: list[float]) -> None:
         """Tick once (it patches), then wait — never ticking — for the rollout and the verdict."""
@@ -1025,6 +1037,9 @@ class Bench:
         if "edge" not in self.config.skip:
             note("(a) the edge: registry requests and API cost")
             self.edge()
+        if "node" not in self.config.skip:
+            note("latency on the real node, next to kwok")
+            self.real_node()
         note("(b) the fleet: creating it")
         self.fleet_up()
         note("(b) the fleet: registry requests and API cost per round")

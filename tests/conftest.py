@@ -6,4 +6,5 @@ pytest_plugins = [
     "support.operator_env",
     "support.podman_env",
     "support.admission",
+    "support.realnode_env",
 ]

@@ -289,6 +289,28 @@ def test_defaults_render_one_hardened_guaranteed_operator_watching_the_release_n
         assert c[probe]["httpGet"] == {"path": "/healthz", "port": "healthz"}
 
 
+def test_host_network_mode_binds_loopback_probes_loopback_and_names_the_api_server() -> None:
+    values = {"hostNetwork": {"enabled": True, "apiServer": {"host": "127.0.0.1", "port": 6443}}}
+    objects = render(values)
+    pod = only(objects, "Deployment")["spec"]["template"]["spec"]
+    assert pod["hostNetwork"] is True
+    assert pod["dnsPolicy"] == "ClusterFirstWithHostNet"
+    c = operator_container(objects)
+    assert "--bind-address=127.0.0.1" in c["args"]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["KUBERNETES_SERVICE_HOST"] == "127.0.0.1"
+    assert env["KUBERNETES_SERVICE_PORT"] == "6443"
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        assert c[probe]["httpGet"] == {"host": "127.0.0.1", "path": "/healthz", "port": "healthz"}
+    # Without an address, the in-cluster default (the Service) is left alone.
+    keep = render({"hostNetwork": {"enabled": True, "apiServer": {"host": "", "port": 6443}}})
+    names = {e["name"] for e in operator_container(keep)["env"]}
+    assert "KUBERNETES_SERVICE_HOST" not in names
+    default = only(render(), "Deployment")["spec"]["template"]["spec"]
+    assert "hostNetwork" not in default
+    assert "--bind-address=127.0.0.1" not in operator_container(render())["args"]
+
+
 @pytest.mark.parametrize("profile", sorted(PROFILES))
 def test_every_container_has_requests_equal_to_limits_for_cpu_and_memory(profile: str) -> None:
     pod = only(render(PROFILES[profile]), "Deployment")["spec"]["template"]["spec"]

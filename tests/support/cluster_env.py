@@ -68,6 +68,9 @@ class Cluster:
     kubectl_cache: Path
     # The API server's audit log (requests of ServiceAccounts in AUDITED_NAMESPACE only).
     audit_log: Path | None = None
+    # e2e/local's state dir and the name of its real node (kubelet and containerd), when known.
+    e2e_state: Path | None = None
+    node: str | None = None
 
     @property
     def env(self) -> dict[str, str]:
@@ -169,6 +172,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             started_here=False,
             kubectl_cache=cache,
             audit_log=_audit_log(os.environ.get("IMAGEREFRESH_TEST_AUDIT_LOG")),
+            e2e_state=_audit_log(os.environ.get("IMAGEREFRESH_E2E_STATE")),
+            node=os.environ.get("IMAGEREFRESH_TEST_NODE") or None,
         )
         _check_loopback(env_cluster)
         _check_reachable(env_cluster)
@@ -197,6 +202,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         started_here=not already_up,
         kubectl_cache=cache,
         audit_log=_audit_log(exported.get("IMAGEREFRESH_TEST_AUDIT_LOG")),
+        e2e_state=_audit_log(exported.get("IMAGEREFRESH_E2E_STATE")),
+        node=exported.get("IMAGEREFRESH_TEST_NODE"),
     )
     try:
         _check_reachable(local)

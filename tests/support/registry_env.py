@@ -10,6 +10,7 @@ what the test believes.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import hashlib
 import io
@@ -18,6 +19,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tarfile
 import time
 from collections.abc import Iterator
@@ -31,6 +33,9 @@ from imagerefresh.registry import RegistryClient
 
 from support.hostile_registry import HostileRegistry
 from support.hub_front import HubFront
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "e2e"))
+import realnode
 
 __all__ = ["ImagePusher", "PushedImage", "RegistryServer", "free_port"]
 
@@ -143,6 +148,14 @@ def _layer_tar(files: dict[str, bytes]) -> bytes:
     return out.getvalue()
 
 
+@functools.cache
+def _busybox_layer() -> tuple[bytes, bytes]:
+    """(tar, gzipped tar) of Debian's static busybox as /bin/busybox: what makes an image
+    runnable on the real node (the same bytes as e2e/local's sandbox image)."""
+    tar = realnode.busybox_layer()
+    return tar, gzip.compress(tar, mtime=0)
+
+
 class ImagePusher:
     """Push small but real images to a registry through its HTTP API: one gzipped tar layer
     and a config naming its diff_id, so that a runtime (podman) pulls and stores them."""
@@ -178,12 +191,23 @@ class ImagePusher:
         return digest, body
 
     def _image_manifest(
-        self, path: str, seed: str, docker: bool, platform: tuple[str, str]
+        self,
+        path: str,
+        seed: str,
+        docker: bool,
+        platform: tuple[str, str],
+        entrypoint: tuple[str, ...] | None = None,
     ) -> dict[str, object]:
         """A manifest a container runtime accepts: a gzipped tar layer whose uncompressed
-        digest is the config's ``diff_id``. The same seed and platform give the same bytes."""
+        digest is the config's ``diff_id``. The same seed and platform give the same bytes.
+        With an ``entrypoint`` the image also carries busybox below that layer and runs it."""
         os_name, arch = platform
         layer_tar = _layer_tar({"seed": f"{seed} {os_name}/{arch}\n".encode()})
+        layers = [(layer_tar, gzip.compress(layer_tar, mtime=0))]
+        run: dict[str, object] = {"Cmd": ["/seed"]}
+        if entrypoint is not None:
+            layers.insert(0, _busybox_layer())
+            run = {"Entrypoint": list(entrypoint)}
         config = json.dumps(
             {
                 "architecture": arch,
@@ -191,13 +215,13 @@ class ImagePusher:
                 "created": "2026-01-01T00:00:00Z",
                 "rootfs": {
                     "type": "layers",
-                    "diff_ids": ["sha256:" + hashlib.sha256(layer_tar).hexdigest()],
+                    "diff_ids": ["sha256:" + hashlib.sha256(t).hexdigest() for t, _ in layers],
                 },
-                "config": {"Labels": {"seed": seed}, "Cmd": ["/seed"]},
+                "config": {"Labels": {"seed": seed}, **run},
             },
             sort_keys=True,
         ).encode()
-        layer = gzip.compress(layer_tar, mtime=0)
+        layer_type = DOCKER_LAYER if docker else OCI_LAYER
         return {
             "schemaVersion": 2,
             "mediaType": DOCKER_MANIFEST if docker else OCI_MANIFEST,
@@ -205,18 +229,25 @@ class ImagePusher:
                 "mediaType": DOCKER_CONFIG if docker else OCI_CONFIG,
                 **self._blob(path, config),
             },
-            "layers": [
-                {"mediaType": DOCKER_LAYER if docker else OCI_LAYER, **self._blob(path, layer)}
-            ],
+            "layers": [{"mediaType": layer_type, **self._blob(path, gz)} for _, gz in layers],
         }
 
-    def push(self, path: str, tag: str, *, seed: str, kind: str = "oci-manifest") -> PushedImage:
+    def push(
+        self,
+        path: str,
+        tag: str,
+        *,
+        seed: str,
+        kind: str = "oci-manifest",
+        entrypoint: tuple[str, ...] | None = None,
+    ) -> PushedImage:
         """Push ``path:tag``; kind is ``oci-manifest``, ``oci-index`` or ``docker-list``.
 
         A different ``seed`` gives different content, hence a new digest for the same tag.
+        ``entrypoint`` makes an image a real node can run (busybox and that command).
         """
         if kind == "oci-manifest":
-            manifest = self._image_manifest(path, seed, False, PLATFORMS[0])
+            manifest = self._image_manifest(path, seed, False, PLATFORMS[0], entrypoint)
             digest, body = self._manifest(path, tag, OCI_MANIFEST, manifest)
             return PushedImage(f"{self.host}/{path}", tag, digest, OCI_MANIFEST, body)
         docker = kind == "docker-list"
@@ -225,7 +256,7 @@ class ImagePusher:
         )
         entries = []
         for platform in PLATFORMS:
-            child = self._image_manifest(path, seed, docker, platform)
+            child = self._image_manifest(path, seed, docker, platform, entrypoint)
             child_digest, child_body = self._manifest(path, "tmp-" + seed, child_type, child)
             entries.append(
                 {

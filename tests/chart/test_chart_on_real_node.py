@@ -1,0 +1,139 @@
+"""The chart's own operator pod on the real node, in the chart's host-network mode.
+
+The image `make image` built is loaded into the node's containerd (no registry serves it), the
+chart is installed with ``hostNetwork.enabled`` and the API server's loopback address, and the
+pod the kubelet starts must pass its probes (which dial 127.0.0.1 only), tick and pin a
+workload on the same node.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from support.cluster_env import Cluster, eventually
+from support.helm_env import CHART, helm
+from support.operator_env import Operator
+from support.realnode_env import SLEEP, RealNode
+from support.registry_env import ImagePusher, free_port
+from support.scenario import images
+
+pytestmark = pytest.mark.cluster
+
+RELEASE = "node"
+POLICY = "edge"
+
+
+def load_into_containerd(node: RealNode, image: str, directory: Path) -> str:
+    """``podman save`` the image and import it into the node's containerd; its name there."""
+    archive = directory / "operator.tar"
+    subprocess.run(
+        ["podman", "save", "--format", "docker-archive", "-o", str(archive), image],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    node.ctr("images", "import", "--no-unpack=false", str(archive))
+    listed = node.ctr("images", "ls", "--quiet")
+    name = image if "/" in image.split(":")[0] else f"docker.io/library/{image}"
+    assert name in listed.split(), f"{name} not among containerd's images:\n{listed}"
+    return name
+
+
+def api_port(cluster: Cluster) -> int:
+    server = cluster.kubectl(
+        "config", "view", "--minify", "-o", "jsonpath={.clusters[0].cluster.server}"
+    ).stdout.strip()
+    return int(server.rsplit(":", 1)[1])
+
+
+def chart_values(node: RealNode, image: str, registry: str, port: int, tag: str) -> dict[str, Any]:
+    repository, _, image_tag = image.rpartition(":")
+    placement = {
+        "nodeSelector": {"type": "real"},
+        "tolerations": [
+            {"key": "imagerefresh.test/real-node", "operator": "Exists", "effect": "NoSchedule"}
+        ],
+    }
+    return {
+        **placement,
+        "image": {"repository": repository, "tag": image_tag, "digest": ""},
+        "hostNetwork": {"enabled": True, "apiServer": {"host": "127.0.0.1", "port": port}},
+        "insecureRegistries": [registry],
+        "resolutionWindow": 0,
+        "ports": {"metrics": free_port(), "liveness": free_port()},
+        "policies": [
+            {
+                "name": POLICY,
+                "spec": {
+                    "interval": "1h",
+                    "targets": [
+                        {
+                            "kind": "Deployment",
+                            "name": "app",
+                            "containers": [{"name": "app", "image": tag}],
+                        }
+                    ],
+                },
+            }
+        ],
+    }
+
+
+def test_the_charts_pod_in_host_network_mode_runs_on_the_real_node_and_pins(
+    cluster: Cluster,
+    real_node: RealNode,
+    registry: str,
+    pusher: ImagePusher,
+    namespace: str,
+    operator_image: str,
+    tmp_path: Path,
+) -> None:
+    image = load_into_containerd(real_node, operator_image, tmp_path)
+    pusher.push(f"{namespace}/app", "prod", seed="chart-node", entrypoint=SLEEP)
+    tag = f"{registry}/{namespace}/app:prod"
+    cluster.apply(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "app"},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": {"app": "app"}},
+                "template": real_node.template({"app": tag}, labels={"app": "app"}),
+            },
+        },
+        namespace=namespace,
+    )
+    values = chart_values(real_node, image, registry, api_port(cluster), tag)
+    installed = helm(
+        "install", RELEASE, str(CHART), "--namespace", namespace, "--wait", "--timeout", "180s",
+        values=values, env=cluster.env,
+    )  # fmt: skip
+    pods = cluster.get("pods", "-n", namespace, "-l", "app.kubernetes.io/name=imagerefresh")
+    assert installed.returncode == 0, f"{installed.stderr}\n{pods}"
+    (pod,) = pods["items"]
+    assert pod["spec"]["nodeName"] == real_node.name
+    assert pod["spec"]["hostNetwork"] is True
+    ready = [c for c in pod["status"]["conditions"] if c["type"] == "Ready"]
+    assert ready[0]["status"] == "True"  # the kubelet's probes, on 127.0.0.1, passed
+    assert pod["status"]["containerStatuses"][0]["restartCount"] == 0
+
+    operator = Operator(cluster, registry, values["ports"]["metrics"], tmp_path / "unused.log")
+    operator.wait_first_tick(namespace, POLICY, timeout=90)
+    assert images(cluster, namespace, "app") == {"app": tag}  # adopted, nothing patched
+    newer = pusher.push(f"{namespace}/app", "prod", seed="chart-node-2", entrypoint=SLEEP)
+    pinned = f"{registry}/{namespace}/app@{newer.digest}"
+
+    def patched() -> bool:
+        operator.tick(namespace, POLICY, timeout=60)
+        return images(cluster, namespace, "app") == {"app": pinned}
+
+    eventually(patched, timeout=120, what="the chart's operator pinning the new push", interval=1)
+    assert real_node.running(namespace, "app")[0]["status"]["containerStatuses"][0][
+        "imageID"
+    ].endswith(f"@{newer.digest}")
+    helm("uninstall", RELEASE, "--namespace", namespace, "--wait", env=cluster.env)

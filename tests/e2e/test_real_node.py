@@ -1,0 +1,297 @@
+"""The operator (``imagerefresh run``) with pods on the real node: a kubelet with containerd.
+
+What kwok only pretends — pulls, the image IDs a runtime reports, a build that crashes, a probe
+that fails, and above all pods restarting while the registry is gone — is shown here by the
+real parts. Every verdict is read from the API server (pod status as the kubelet wrote it) and
+from the operator's status and events; nothing dials the node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from support.cluster_env import Cluster, eventually
+from support.operator_env import Operator, running_operator
+from support.realnode_env import CRASH, SLEEP, RealNode, waiting_reason
+from support.registry_env import ImagePusher, RegistryServer, free_port
+from support.scenario import (
+    event_reasons,
+    images,
+    policy,
+    settle,
+    target,
+    target_status,
+)
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture
+def node_operator(crd_installed: Cluster, registry: str, tmp_path: Path) -> Iterator[Operator]:
+    with running_operator(crd_installed, registry, tmp_path / "operator.log") as running:
+        yield running
+
+
+def workload(
+    node: RealNode,
+    name: str,
+    image: str,
+    *,
+    strategy: dict[str, Any] | None = None,
+    **template: Any,
+) -> dict[str, Any]:
+    """A one-replica Deployment on the real node whose rollouts never take the old pod away
+    before the new one is Ready (what a crashing build must not be able to break)."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": name}},
+            "strategy": strategy
+            or {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
+            "template": node.template({"app": image}, labels={"app": name}, **template),
+        },
+    }
+
+
+def image_id(pod: dict[str, Any]) -> str:
+    statuses = pod["status"].get("containerStatuses", [])
+    return str(statuses[0].get("imageID", "")) if statuses else ""
+
+
+def test_pinned_pods_restart_with_the_registry_stopped_and_a_tag_on_always_does_not(
+    node_operator: Operator,
+    cluster: Cluster,
+    real_node: RealNode,
+    policy_namespace: str,
+    tmp_path: Path,
+) -> None:
+    ns = policy_namespace
+    own = RegistryServer(tmp_path / "registry", free_port())
+    own.start()
+    try:
+        real_node.trust(own.host)
+        pusher = ImagePusher(own.host)
+        first = pusher.push(f"{ns}/app", "prod", seed="offline-1", entrypoint=SLEEP)
+        tag = f"{own.host}/{ns}/app:prod"
+        cluster.apply(
+            workload(real_node, "pinned", tag),
+            workload(real_node, "always", tag, pull_policy="Always"),
+            namespace=ns,
+        )
+        real_node.running(ns, "pinned")
+        real_node.running(ns, "always")
+        with running_operator(
+            cluster,
+            node_operator.registry,
+            tmp_path / "own-operator.log",
+            extra_args=("--insecure-registry", own.host),
+        ) as operator:
+            cluster.apply(policy("control-plane", target("pinned", app=tag)), namespace=ns)
+            operator.wait_first_tick(ns, "control-plane")
+            adopted = settle(operator, cluster, ns, "pinned")
+            assert adopted["containers"][0]["running"] == [first.digest]
+            assert images(cluster, ns, "pinned") == {"app": tag}  # adopted: nothing patched
+
+            second = pusher.push(f"{ns}/app", "prod", seed="offline-2", entrypoint=SLEEP)
+            operator.tick(ns, "control-plane")
+            pinned = f"{own.host}/{ns}/app@{second.digest}"
+            assert images(cluster, ns, "pinned") == {"app": pinned}
+            before = real_node.running(ns, "pinned")
+            assert image_id(before[0]).endswith(f"@{second.digest}")
+            settle(operator, cluster, ns, "pinned")
+        pusher.close()
+    finally:
+        own.stop()  # the real registry process: nothing answers on its port any more
+
+    old = {
+        p["metadata"]["uid"] for p in real_node.pods(ns, "pinned") + real_node.pods(ns, "always")
+    }
+    cluster.kubectl("delete", "pods", "-n", ns, "--all", "--grace-period=0", "--wait=true")
+    real_node.restart_containerd()
+
+    back = real_node.running(ns, "pinned")
+    assert back[0]["metadata"]["uid"] not in old
+    assert back[0]["spec"]["containers"][0]["image"] == pinned
+    assert image_id(back[0]).endswith(f"@{second.digest}")
+    assert "running" in back[0]["status"]["containerStatuses"][0]["state"]
+
+    def backing_off() -> dict[str, Any] | None:
+        pods = [p for p in real_node.pods(ns, "always") if p["metadata"]["uid"] not in old]
+        return pods[0] if pods and waiting_reason(pods[0]) == "ImagePullBackOff" else None
+
+    stuck = eventually(backing_off, timeout=120, what="the Always pod in ImagePullBackOff")
+    assert not any(
+        c["type"] == "Ready" and c["status"] == "True" for c in stuck["status"]["conditions"]
+    )
+
+
+def test_adoption_and_settling_are_judged_on_the_image_ids_containerd_reports(
+    node_operator: Operator,
+    cluster: Cluster,
+    real_node: RealNode,
+    pusher: ImagePusher,
+    policy_namespace: str,
+) -> None:
+    ns, reg = policy_namespace, node_operator.registry
+    single = pusher.push(f"{ns}/single", "prod", seed="ids-single", entrypoint=SLEEP)
+    index = pusher.push(f"{ns}/multi", "prod", seed="ids-index", kind="oci-index", entrypoint=SLEEP)
+    by_digest = f"{reg}/{ns}/single@{single.digest}"
+    cluster.apply(
+        workload(real_node, "by-tag", f"{reg}/{ns}/single:prod"),
+        workload(real_node, "by-digest", by_digest),
+        workload(real_node, "index", f"{reg}/{ns}/multi:prod"),
+        namespace=ns,
+    )
+    tag_pod = real_node.running(ns, "by-tag")[0]
+    digest_pod = real_node.running(ns, "by-digest")[0]
+    index_pod = real_node.running(ns, "index")[0]
+    # What containerd reports (e2e/README.md "What the real node reports").
+    assert image_id(tag_pod) == f"{reg}/{ns}/single@{single.digest}"
+    assert image_id(digest_pod) == f"{reg}/{ns}/single@{single.digest}"
+    assert image_id(index_pod) == f"{reg}/{ns}/multi@{index.digest}"
+
+    generations = {
+        name: cluster.get("deployment", name, "-n", ns)["metadata"]["generation"]
+        for name in ("by-tag", "by-digest", "index")
+    }
+    cluster.apply(
+        policy(
+            "control-plane",
+            target("by-tag", app=f"{reg}/{ns}/single:prod"),
+            target("by-digest", app=f"{reg}/{ns}/single:prod"),
+            target("index", app=f"{reg}/{ns}/multi:prod"),
+        ),
+        namespace=ns,
+    )
+    node_operator.wait_first_tick(ns, "control-plane")
+    for name, digest in (("by-tag", single.digest), ("by-digest", single.digest)):
+        found = settle(node_operator, cluster, ns, name)
+        assert found["containers"][0]["running"] == [digest]
+    found = settle(node_operator, cluster, ns, "index")
+    assert found["containers"][0]["running"] == [index.digest]
+    for name, generation in generations.items():  # adopted, none patched
+        assert cluster.get("deployment", name, "-n", ns)["metadata"]["generation"] == generation
+
+    # A new push of the index: pinned, pulled by digest, settled on what the new pod reports.
+    newer = pusher.push(
+        f"{ns}/multi", "prod", seed="ids-index-2", kind="oci-index", entrypoint=SLEEP
+    )
+    node_operator.tick(ns, "control-plane")
+    assert images(cluster, ns, "index") == {"app": f"{reg}/{ns}/multi@{newer.digest}"}
+    found = settle(node_operator, cluster, ns, "index")
+    assert found["containers"][0]["running"] == [newer.digest]
+    assert image_id(real_node.running(ns, "index")[0]) == f"{reg}/{ns}/multi@{newer.digest}"
+
+
+def test_a_build_that_crashes_is_rolled_back_and_distinct_crashing_builds_lock_the_target(
+    node_operator: Operator,
+    cluster: Cluster,
+    real_node: RealNode,
+    pusher: ImagePusher,
+    policy_namespace: str,
+) -> None:
+    ns, reg = policy_namespace, node_operator.registry
+    good = pusher.push(f"{ns}/app", "prod", seed="crash-good", entrypoint=SLEEP)
+    pinned_good = f"{reg}/{ns}/app@{good.digest}"
+    deployment = workload(real_node, "app", pinned_good)
+    deployment["spec"]["progressDeadlineSeconds"] = 10
+    cluster.apply(deployment, namespace=ns)
+    original = real_node.running(ns, "app")[0]["metadata"]["uid"]
+    cluster.apply(
+        policy("control-plane", target("app", app=f"{reg}/{ns}/app:prod"), maxRefreshAttempts=2),
+        namespace=ns,
+    )
+    node_operator.wait_first_tick(ns, "control-plane")
+
+    for attempt, seed in enumerate(("crash-bad-1", "crash-bad-2"), start=1):
+        bad = pusher.push(f"{ns}/app", "prod", seed=seed, entrypoint=CRASH)
+        node_operator.tick(ns, "control-plane")
+        assert images(cluster, ns, "app") == {"app": f"{reg}/{ns}/app@{bad.digest}"}
+
+        def crashing(digest: str = bad.digest) -> bool:
+            return any(
+                p["spec"]["containers"][0]["image"].endswith(digest)
+                and waiting_reason(p) == "CrashLoopBackOff"
+                for p in real_node.pods(ns, "app")
+            )
+
+        eventually(crashing, timeout=120, what=f"the crashing build {attempt} in CrashLoopBackOff")
+        # The verdict comes from following the rollout, with no tick asked for: a tick now
+        # could pin the same bad build again before the second one is pushed.
+        phase = "Waiting" if attempt == 1 else "Locked"
+
+        def judged(phase: str = phase) -> dict[str, Any] | None:
+            found = target_status(cluster, ns, "app")
+            return found if found["phase"] == phase else None
+
+        found = eventually(judged, timeout=120, what=f"crashing build {attempt} judged {phase}")
+        assert found["refreshAttempts"] == attempt
+        eventually(
+            lambda: images(cluster, ns, "app") == {"app": pinned_good},
+            timeout=30,
+            what=f"the rollback of crashing build {attempt}",
+        )
+        # The old pod was never taken away; it is the one Running, on the good digest.
+        pods = real_node.running(ns, "app")
+        assert pods[0]["metadata"]["uid"] == original
+        assert image_id(pods[0]).endswith(f"@{good.digest}")
+    event_reasons(cluster, ns, "app", "RolledBack", "RollingBack", "Locked")
+    node_operator.tick(ns, "control-plane")
+    assert images(cluster, ns, "app") == {"app": pinned_good}  # no re-imaging while Locked
+
+
+def test_readiness_that_never_comes_freezes_the_target_and_a_passing_probe_thaws_it(
+    node_operator: Operator,
+    cluster: Cluster,
+    real_node: RealNode,
+    pusher: ImagePusher,
+    policy_namespace: str,
+    tmp_path: Path,
+) -> None:
+    ns, reg = policy_namespace, node_operator.registry
+    flags = tmp_path / "flags"
+    flags.mkdir()
+    (flags / "ready").write_text("")
+    pusher.push(f"{ns}/app", "prod", seed="probe-1", entrypoint=SLEEP)
+    tag = f"{reg}/{ns}/app:prod"
+    probe = ["/bin/busybox", "test", "-e", "/flags/ready"]
+    cluster.apply(
+        workload(real_node, "app", tag, readiness=probe, volumes={str(flags): "/flags"}),
+        namespace=ns,
+    )
+    real_node.running(ns, "app")
+    cluster.apply(policy("control-plane", target("app", app=tag), maxSkipTicks=2), namespace=ns)
+    node_operator.wait_first_tick(ns, "control-plane")
+    settle(node_operator, cluster, ns, "app")
+
+    (flags / "ready").unlink()  # the kubelet's exec probe now fails on the real pod
+
+    def unready() -> bool:
+        pods = real_node.pods(ns, "app")
+        return bool(pods) and all(
+            c["status"] == "False"
+            for p in pods
+            for c in p["status"]["conditions"]
+            if c["type"] == "Ready"
+        )
+
+    eventually(unready, timeout=60, what="the pod to fail its readiness probe")
+    newer = pusher.push(f"{ns}/app", "prod", seed="probe-2", entrypoint=SLEEP)
+    frozen = settle(node_operator, cluster, ns, "app", phase="Frozen", timeout=60)
+    assert frozen["skipStreak"] >= 2
+    event_reasons(cluster, ns, "app", "Frozen")
+    assert images(cluster, ns, "app") == {"app": tag}  # nothing refreshed under a failing probe
+
+    (flags / "ready").write_text("")
+    real_node.running(ns, "app")
+    thawed = settle(node_operator, cluster, ns, "app", phase="Current", timeout=120)
+    assert thawed["skipStreak"] == 0
+    assert images(cluster, ns, "app") == {"app": f"{reg}/{ns}/app@{newer.digest}"}
+    assert image_id(real_node.running(ns, "app")[0]).endswith(f"@{newer.digest}")
