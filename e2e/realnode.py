@@ -247,6 +247,7 @@ def kubelet_config(state: Path, ca: Path, port: int, healthz_port: int) -> Path:
             "nodefs.available": "0%",
             "nodefs.inodesFree": "0%",
             "imagefs.available": "0%",
+            "imagefs.inodesFree": "0%",
         },
         "evictionPressureTransitionPeriod": "0s",
         "localStorageCapacityIsolation": False,

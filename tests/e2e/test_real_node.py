@@ -65,6 +65,54 @@ def image_id(pod: dict[str, Any]) -> str:
     return str(statuses[0].get("imageID", "")) if statuses else ""
 
 
+def test_the_real_node_is_a_ready_kubelet_on_containerd_2_that_only_opted_in_pods_reach(
+    cluster: Cluster, real_node: RealNode, namespace: str
+) -> None:
+    node = cluster.get("node", real_node.name)
+    info = node["status"]["nodeInfo"]
+    assert info["kubeletVersion"] == "v1.37.2"
+    assert info["containerRuntimeVersion"].startswith("containerd://2.")
+    assert {"key": "imagerefresh.test/real-node", "value": "true", "effect": "NoSchedule"} in node[
+        "spec"
+    ]["taints"]
+    # A DaemonSet that tolerates only kwok's taint runs on the kwok nodes, not here.
+    kwok_nodes = cluster.get("nodes", "-l", "type=kwok")["items"]
+    cluster.apply(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": {"name": "agent"},
+            "spec": {
+                "selector": {"matchLabels": {"app": "agent"}},
+                "template": {
+                    "metadata": {"labels": {"app": "agent"}},
+                    "spec": {
+                        "containers": [{"name": "agent", "image": "example.test/agent:1"}],
+                        "tolerations": [
+                            {
+                                "key": "kwok.x-k8s.io/node",
+                                "operator": "Exists",
+                                "effect": "NoSchedule",
+                            }
+                        ],
+                    },
+                },
+            },
+        },
+        namespace=namespace,
+    )
+    eventually(
+        lambda: (
+            cluster.get("daemonset", "agent", "-n", namespace)["status"].get(
+                "desiredNumberScheduled"
+            )
+            == len(kwok_nodes)
+        ),
+        timeout=30,
+        what="the DaemonSet counting the kwok nodes only",
+    )
+
+
 def test_pinned_pods_restart_with_the_registry_stopped_and_a_tag_on_always_does_not(
     node_operator: Operator,
     cluster: Cluster,
@@ -73,6 +121,7 @@ def test_pinned_pods_restart_with_the_registry_stopped_and_a_tag_on_always_does_
     tmp_path: Path,
 ) -> None:
     ns = policy_namespace
+    (tmp_path / "registry").mkdir()
     own = RegistryServer(tmp_path / "registry", free_port())
     own.start()
     try:
@@ -200,7 +249,10 @@ def test_a_build_that_crashes_is_rolled_back_and_distinct_crashing_builds_lock_t
     ns, reg = policy_namespace, node_operator.registry
     good = pusher.push(f"{ns}/app", "prod", seed="crash-good", entrypoint=SLEEP)
     pinned_good = f"{reg}/{ns}/app@{good.digest}"
-    deployment = workload(real_node, "app", pinned_good)
+    # A readiness probe, as every control-plane Deployment has: without one, a container that
+    # exits at once is Ready for an instant, the rollout completes and the old pod is gone
+    # (e2e/README.md "What the real node reports"); then only rolloutTimeout ends the refresh.
+    deployment = workload(real_node, "app", pinned_good, readiness=["/bin/busybox", "true"])
     deployment["spec"]["progressDeadlineSeconds"] = 10
     cluster.apply(deployment, namespace=ns)
     original = real_node.running(ns, "app")[0]["metadata"]["uid"]
