@@ -189,8 +189,12 @@ def test_adoption_and_settling_are_judged_on_the_image_ids_containerd_reports(
     policy_namespace: str,
 ) -> None:
     ns, reg = policy_namespace, node_operator.registry
-    single = pusher.push(f"{ns}/single", "prod", seed="ids-single", entrypoint=SLEEP)
-    index = pusher.push(f"{ns}/multi", "prod", seed="ids-index", kind="oci-index", entrypoint=SLEEP)
+    single = pusher.push(f"{ns}/single", "prod", seed=f"{ns}-single", entrypoint=SLEEP)
+    # Content of this test's own (seeded by the namespace): containerd names in imageID the
+    # first repository it pulled a digest from, which for content seen before is another's.
+    index = pusher.push(
+        f"{ns}/multi", "prod", seed=f"{ns}-index", kind="oci-index", entrypoint=SLEEP
+    )
     by_digest = f"{reg}/{ns}/single@{single.digest}"
     cluster.apply(
         workload(real_node, "by-tag", f"{reg}/{ns}/single:prod"),
@@ -230,7 +234,7 @@ def test_adoption_and_settling_are_judged_on_the_image_ids_containerd_reports(
 
     # A new push of the index: pinned, pulled by digest, settled on what the new pod reports.
     newer = pusher.push(
-        f"{ns}/multi", "prod", seed="ids-index-2", kind="oci-index", entrypoint=SLEEP
+        f"{ns}/multi", "prod", seed=f"{ns}-index-2", kind="oci-index", entrypoint=SLEEP
     )
     node_operator.tick(ns, "control-plane")
     assert images(cluster, ns, "index") == {"app": f"{reg}/{ns}/multi@{newer.digest}"}

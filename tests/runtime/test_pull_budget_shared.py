@@ -9,6 +9,7 @@ refreshes — across both policies, not three each.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -71,7 +72,9 @@ def test_two_policies_ticking_together_never_spend_one_account_s_pulls_twice(
     pinned = [name for name in old if images(cluster, ns, name)["app"] != old[name]]
     assert len(pinned) == 3, phases
     deferred = [n for n, phase in phases.items() if phase == "Deferred"]
-    assert len(deferred) == 3, phases
+    assert len(deferred) == 3, json.dumps(
+        [t for name in POLICIES for t in status(cluster, ns, name)["targets"]], indent=1
+    )
     message = next(
         t["message"]
         for name in POLICIES
