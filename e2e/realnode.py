@@ -45,6 +45,17 @@ PAUSE_REPOSITORY = "imagerefresh-e2e/pause"
 PAUSE_TAG = "1"
 RUNC = "/usr/sbin/runc"
 CONTAINER_LOG_LINKS = Path("/var/log/containers")
+# Fixed host paths the kubelet and containerd use whatever their configuration says: the
+# kubelet's log links and device-plugin socket, the shims' socket directory. `down` removes
+# the ones `up` found missing, as far as they are empty once the node is gone.
+FIXED_HOST_DIRS = (
+    CONTAINER_LOG_LINKS,
+    Path("/var/lib/kubelet/device-plugins"),
+    Path("/var/lib/kubelet"),
+    Path("/run/containerd/s"),
+    Path("/run/containerd"),
+)
+DEVICE_PLUGIN_SOCKET = Path("/var/lib/kubelet/device-plugins/kubelet.sock")
 # What kubelet's container manager sets at start (protectKernelDefaults: false) and `down`
 # puts back.
 KERNEL_TUNABLES = (
@@ -154,6 +165,7 @@ disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.tracing.processor
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
         BinaryName = "{RUNC}"
+        Root = "{base / "runc"}"
         SystemdCgroup = false
 """
     )
@@ -232,6 +244,7 @@ def kubelet_config(state: Path, ca: Path, port: int, healthz_port: int) -> Path:
         "authorization": {"mode": "AlwaysAllow"},
         "containerRuntimeEndpoint": f"unix://{containerd_socket(state)}",
         "podLogsDir": str(base / "pod-logs"),
+        "volumePluginDir": str(base / "volume-plugins"),
         "registerWithTaints": [{"key": TAINT_KEY, "value": "true", "effect": "NoSchedule"}],
         # What this machine needs: cgroup v1 with cgroupfs, no QoS hierarchy to manage.
         "failCgroupV1": False,
@@ -326,8 +339,8 @@ def record_host(state: Path) -> None:
     if path.exists():
         return
     path.parent.mkdir(parents=True, exist_ok=True)
-    made = not CONTAINER_LOG_LINKS.exists()
-    (root(state) / "host.json").write_text(json.dumps({"made_log_links_dir": made}) + "\n")
+    missing = [str(d) for d in FIXED_HOST_DIRS if not d.exists()]
+    (root(state) / "host.json").write_text(json.dumps({"missing_dirs": missing}) + "\n")
     values = {}
     for name in KERNEL_TUNABLES:
         with contextlib.suppress(OSError):
@@ -353,23 +366,26 @@ def restore_host(state: Path) -> list[str]:
 
 
 def remove_log_links(state: Path) -> list[str]:
-    """The kubelet links each container's log from /var/log/containers (a fixed path): remove
-    the links that point into this state dir, and the directory if the node made it."""
+    """Remove what the node left at fixed host paths: the kubelet's log links that point into
+    this state dir, its device-plugin socket, and the directories `up` found missing."""
     prefix = str(state.resolve()) + "/"
-    problems = []
     with contextlib.suppress(OSError):
         for link in CONTAINER_LOG_LINKS.iterdir():
             with contextlib.suppress(OSError):
                 if link.is_symlink() and os.readlink(link).startswith(prefix):
                     link.unlink()
-    made = False
-    with contextlib.suppress(OSError, ValueError):
-        made = json.loads((root(state) / "host.json").read_text())["made_log_links_dir"]
-    if made:
-        try:
-            CONTAINER_LOG_LINKS.rmdir()
-        except OSError as err:
-            problems.append(f"removing {CONTAINER_LOG_LINKS}: {err}")
+    missing: list[str] = []
+    with contextlib.suppress(OSError, ValueError, KeyError):
+        missing = json.loads((root(state) / "host.json").read_text())["missing_dirs"]
+    if str(DEVICE_PLUGIN_SOCKET.parent) in missing and DEVICE_PLUGIN_SOCKET.is_socket():
+        DEVICE_PLUGIN_SOCKET.unlink()
+    problems = []
+    for directory in FIXED_HOST_DIRS:  # deepest first
+        if str(directory) in missing and directory.exists():
+            try:
+                directory.rmdir()
+            except OSError as err:
+                problems.append(f"{directory} is not empty, left in place: {err}")
     return problems
 
 

@@ -95,19 +95,7 @@ def test_the_charts_pod_in_host_network_mode_runs_on_the_real_node_and_pins(
     image = load_into_containerd(real_node, operator_image, tmp_path)
     pusher.push(f"{namespace}/app", "prod", seed="chart-node", entrypoint=SLEEP)
     tag = f"{registry}/{namespace}/app:prod"
-    cluster.apply(
-        {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": {"name": "app"},
-            "spec": {
-                "replicas": 1,
-                "selector": {"matchLabels": {"app": "app"}},
-                "template": real_node.template({"app": tag}, labels={"app": "app"}),
-            },
-        },
-        namespace=namespace,
-    )
+    cluster.apply(real_node.deployment("app", tag), namespace=namespace)
     values = chart_values(real_node, image, registry, api_port(cluster), tag)
     installed = helm(
         "install", RELEASE, str(CHART), "--namespace", namespace, "--wait", "--timeout", "180s",

@@ -36,30 +36,6 @@ def node_operator(crd_installed: Cluster, registry: str, tmp_path: Path) -> Iter
         yield running
 
 
-def workload(
-    node: RealNode,
-    name: str,
-    image: str,
-    *,
-    strategy: dict[str, Any] | None = None,
-    **template: Any,
-) -> dict[str, Any]:
-    """A one-replica Deployment on the real node whose rollouts never take the old pod away
-    before the new one is Ready (what a crashing build must not be able to break)."""
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": {"app": name}},
-            "strategy": strategy
-            or {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
-            "template": node.template({"app": image}, labels={"app": name}, **template),
-        },
-    }
-
-
 def image_id(pod: dict[str, Any]) -> str:
     statuses = pod["status"].get("containerStatuses", [])
     return str(statuses[0].get("imageID", "")) if statuses else ""
@@ -130,8 +106,8 @@ def test_pinned_pods_restart_with_the_registry_stopped_and_a_tag_on_always_does_
         first = pusher.push(f"{ns}/app", "prod", seed="offline-1", entrypoint=SLEEP)
         tag = f"{own.host}/{ns}/app:prod"
         cluster.apply(
-            workload(real_node, "pinned", tag),
-            workload(real_node, "always", tag, pull_policy="Always"),
+            real_node.deployment("pinned", tag),
+            real_node.deployment("always", tag, pull_policy="Always"),
             namespace=ns,
         )
         real_node.running(ns, "pinned")
@@ -197,9 +173,9 @@ def test_adoption_and_settling_are_judged_on_the_image_ids_containerd_reports(
     )
     by_digest = f"{reg}/{ns}/single@{single.digest}"
     cluster.apply(
-        workload(real_node, "by-tag", f"{reg}/{ns}/single:prod"),
-        workload(real_node, "by-digest", by_digest),
-        workload(real_node, "index", f"{reg}/{ns}/multi:prod"),
+        real_node.deployment("by-tag", f"{reg}/{ns}/single:prod"),
+        real_node.deployment("by-digest", by_digest),
+        real_node.deployment("index", f"{reg}/{ns}/multi:prod"),
         namespace=ns,
     )
     tag_pod = real_node.running(ns, "by-tag")[0]
@@ -256,7 +232,7 @@ def test_a_build_that_crashes_is_rolled_back_and_distinct_crashing_builds_lock_t
     # A readiness probe, as every control-plane Deployment has: without one, a container that
     # exits at once is Ready for an instant, the rollout completes and the old pod is gone
     # (e2e/README.md "What the real node reports"); then only rolloutTimeout ends the refresh.
-    deployment = workload(real_node, "app", pinned_good, readiness=["/bin/busybox", "true"])
+    deployment = real_node.deployment("app", pinned_good, readiness=["/bin/busybox", "true"])
     deployment["spec"]["progressDeadlineSeconds"] = 10
     cluster.apply(deployment, namespace=ns)
     original = real_node.running(ns, "app")[0]["metadata"]["uid"]
@@ -319,7 +295,7 @@ def test_readiness_that_never_comes_freezes_the_target_and_a_passing_probe_thaws
     tag = f"{reg}/{ns}/app:prod"
     probe = ["/bin/busybox", "test", "-e", "/flags/ready"]
     cluster.apply(
-        workload(real_node, "app", tag, readiness=probe, volumes={str(flags): "/flags"}),
+        real_node.deployment("app", tag, readiness=probe, volumes={str(flags): "/flags"}),
         namespace=ns,
     )
     real_node.running(ns, "app")

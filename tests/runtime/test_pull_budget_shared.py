@@ -48,6 +48,10 @@ def test_two_policies_ticking_together_never_spend_one_account_s_pulls_twice(
             )
             pusher.push(f"{ns}/{name}", "prod", seed=f"shared-{name}-new")
             cluster.apply(deployment(name, {"app": old[name]}, replicas=1), namespace=ns)
+    # Settled first: a target still rolling out is not refreshed at all (not Deferred), which
+    # on a busy cluster would make the count below a race with kwok.
+    for name in old:
+        cluster.kubectl("rollout", "status", "-n", ns, f"deployment/{name}", "--timeout=60s")
     # Both policies at once: their first ticks start together.
     cluster.apply(
         *(

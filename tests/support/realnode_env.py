@@ -105,6 +105,24 @@ class RealNode:
             },
         }
 
+    def deployment(self, name: str, image: str, **template: Any) -> dict[str, Any]:
+        """A one-replica Deployment ``name`` (container ``app``) on this node whose rollouts
+        never take the old pod away before the new one is Ready (``maxUnavailable: 0``)."""
+        return {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": name},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": {"app": name}},
+                "strategy": {
+                    "type": "RollingUpdate",
+                    "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1},
+                },
+                "template": self.template({"app": image}, labels={"app": name}, **template),
+            },
+        }
+
     def pods(self, namespace: str, app: str) -> list[dict[str, Any]]:
         found = self.cluster.get("pods", "-n", namespace, "-l", f"app={app}")["items"]
         return [p for p in found if p["spec"].get("nodeName") == self.name]
