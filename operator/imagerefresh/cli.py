@@ -301,6 +301,11 @@ def log_options(command: F) -> F:
 
 
 @click.group(cls=_Group)
+# The installed distribution's version: pyproject.toml's, the one version the chart, the image
+# tag and the release artifacts carry too.
+@click.version_option(
+    package_name="imagerefresh", prog_name="imagerefresh", message="%(prog)s %(version)s"
+)
 @click.option(
     "--log-level",
     type=LOG_LEVELS,
