@@ -17,7 +17,7 @@ SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 # node's images (its sandbox, the tests' builds) run.
 DEBIAN_PACKAGES := docker-registry openssl podman runc mmdebstrap busybox-static
 
-.PHONY: setup system-deps binaries image lint types contracts unit test demo clean mutation
+.PHONY: setup system-deps binaries image release lint types contracts unit test demo clean mutation
 
 system-deps:
 	@missing=(); for p in $(DEBIAN_PACKAGES); do \
@@ -46,9 +46,25 @@ binaries:
 image: system-deps
 	e2e/build-image
 
+# The installable artifacts of pyproject.toml's version in $(DIST): the chart, the image as an
+# archive, the CLI's wheel and SHA256SUMS (see release/release.py). COSIGN_KEY=FILE signs the
+# sums (its password in $$COSIGN_PASSWORD); PUSH=REGISTRY[/PREFIX] also pushes the image and the
+# chart (PUSH_PLAIN_HTTP=true for a registry without TLS, PUSH_TLS_VERIFY=false for one whose
+# certificate is not trusted here).
+DIST ?= dist
+COSIGN_KEY ?=
+PUSH ?=
+PUSH_PLAIN_HTTP ?=
+PUSH_TLS_VERIFY ?=
+release: setup
+	$(BIN)/python release/release.py --dist '$(DIST)' \
+	  $(if $(COSIGN_KEY),--cosign-key '$(COSIGN_KEY)') $(if $(PUSH),--push '$(PUSH)') \
+	  $(if $(filter true 1 yes,$(PUSH_PLAIN_HTTP)),--plain-http) \
+	  $(if $(filter false 0 no,$(PUSH_TLS_VERIFY)),--insecure-skip-tls-verify)
+
 lint: setup
-	$(BIN)/ruff check operator tests e2e e2e/local bench mutation
-	$(BIN)/ruff format --check operator tests e2e e2e/local bench mutation
+	$(BIN)/ruff check operator tests e2e e2e/local bench mutation release
+	$(BIN)/ruff format --check operator tests e2e e2e/local bench mutation release
 
 types: setup
 	$(BIN)/mypy

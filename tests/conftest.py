@@ -7,4 +7,5 @@ pytest_plugins = [
     "support.podman_env",
     "support.admission",
     "support.realnode_env",
+    "support.cosign_env",
 ]
