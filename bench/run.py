@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import httpx
+import image as image_rows
 import kubernetes.client
 import planning
 import real_node
@@ -95,7 +96,7 @@ class Config:
     )
     # Logs and samples outlive the environment (whose state dir `e2e/local down` removes).
     logs: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="imagerefresh-bench-")))
-    # For development only: parts to leave out (edge, node, scale, soak, takeover).
+    # For development only: parts to leave out (image, edge, node, scale, soak, takeover).
     skip: frozenset[str] = field(
         default_factory=lambda: frozenset(filter(None, os.environ.get("BENCH_SKIP", "").split(",")))
     )
@@ -1030,9 +1031,18 @@ class Bench:
                 ok=cost.worst < 0.1,
             )
 
+    def image(self) -> None:
+        """Row 8: the image's size and its start-up under the chart's CPU, with what dominates
+        each (bench/image.py; needs podman, not the cluster)."""
+        for figure, measured in image_rows.rows(image_rows.image_tag()):
+            self.table.add("8 image", figure, measured)
+
     def run(self) -> None:
         note("planning the largest admitted policies")
         self.planning()
+        if "image" not in self.config.skip:
+            note("the image: size and start-up under the chart's CPU")
+            self.image()
         self.setup()
         if "edge" not in self.config.skip:
             note("(a) the edge: registry requests and API cost")
