@@ -128,13 +128,14 @@ class Size:
 
 
 def _layer_name(created_by: str) -> str:
-    if "COPY" in created_by and "/opt/venv" in created_by:
-        return "virtualenv"
+    """What a layer of the final stage is, from podman's history of the instruction."""
+    if "COPY" in created_by:
+        return "virtualenv"  # the final stage's only COPY: /opt/venv from the builder
+    if "ADD file:" in created_by or not created_by.strip():
+        return "Debian base"
     if "groupadd" in created_by:
         return "user"
-    if not created_by.strip() or "import" in created_by.lower():
-        return "Debian base"
-    return created_by.strip().split()[-1][:30]
+    return "other"
 
 
 def measure_size(image: str) -> Size:

@@ -95,15 +95,16 @@ def log(message: str) -> None:
     print(f"release: {message}", file=sys.stderr, flush=True)
 
 
-def run(argv: Sequence[str | Path], *, what: str, **kwargs: object) -> str:
-    """Run a step; its stdout. A failure raises with the step's own error output."""
+def run(argv: Sequence[str | Path], *, what: str, merged: bool = False, **kwargs: object) -> str:
+    """Run a step; its stdout (and stderr after it, ``merged``). A failure raises with the
+    step's own error output."""
     done = subprocess.run(
         [str(a) for a in argv], capture_output=True, text=True, check=False, **kwargs
     )  # type: ignore[call-overload]
     if done.returncode != 0:
         output = (done.stderr or done.stdout).strip()[-3000:]
         raise ReleaseError(f"{what} failed (exit {done.returncode}):\n{output}")
-    return str(done.stdout)
+    return str(done.stdout) + (str(done.stderr) if merged else "")
 
 
 # -- the version ------------------------------------------------------------------------------
@@ -303,7 +304,9 @@ def push(helm: Path, local: str, chart: Path, version: str, to: Push) -> dict[st
         image_digest = digest_file.read_text().strip()
     flags = ["--plain-http"] if to.plain_http else []
     flags += ["--insecure-skip-tls-verify"] if to.insecure and not to.plain_http else []
-    pushed = run([helm, "push", chart, to.charts, *flags], what=f"helm push {to.charts}")
+    pushed = run(
+        [helm, "push", chart, to.charts, *flags], what=f"helm push {to.charts}", merged=True
+    )
     match = re.search(r"Digest:\s*(sha256:[0-9a-f]{64})", pushed)
     chart_ref = f"{to.charts}/imagerefresh:{version}"
     return {image: image_digest, chart_ref: match.group(1) if match else "?"}
