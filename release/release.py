@@ -252,6 +252,7 @@ def sign(cosign: Path, key: Path, sums: Path) -> Path:
         public = Path(tmp) / "cosign.pub"
         public.write_text(run([cosign, "public-key", "--key", key], what="cosign public-key"))
         verify(cosign, public, sums, signature)
+    signature.chmod(0o644)  # cosign writes it private; it is published with the sums
     return signature
 
 
@@ -339,6 +340,13 @@ def release(
     return Artifacts(chart, image, wheel, sums, signature), pushed
 
 
+def human(size: int) -> str:
+    for unit, scale in (("MiB", 2**20), ("KiB", 2**10)):
+        if size >= scale:
+            return f"{size / scale:.1f} {unit}"
+    return f"{size} B"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="release/release.py", description=(__doc__ or "").split("\n\n")[0]
@@ -369,7 +377,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     files = [*artifacts.checksummed(), artifacts.sums]
     files += [artifacts.signature] if artifacts.signature is not None else []
     for path in files:
-        print(f"{path}  ({path.stat().st_size / 2**20:.1f} MiB)")
+        print(f"{path}  ({human(path.stat().st_size)})")
     for reference, digest in pushed.items():
         print(f"pushed {reference}  {digest}")
     return 0
