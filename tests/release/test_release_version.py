@@ -4,6 +4,7 @@ the names of the release artifacts all carry it."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tomllib
@@ -45,8 +46,15 @@ def test_the_charts_version_and_app_version_are_pyprojects() -> None:
 
 
 def test_make_image_tags_the_image_with_the_version() -> None:
+    environ = {k: v for k, v in os.environ.items() if k != "IMAGEREFRESH_IMAGE_NAME"}
     done = subprocess.run(
         [str(REPO / "e2e" / "build-image"), "--print-tag"],
-        capture_output=True, text=True, check=True,
+        capture_output=True, text=True, check=True, env=environ,
     )  # fmt: skip
     assert done.stdout.strip() == f"localhost/imagerefresh:{project_version()}"
+    environ["IMAGEREFRESH_IMAGE_NAME"] = "localhost/elsewhere"
+    renamed = subprocess.run(
+        [str(REPO / "e2e" / "build-image"), "--print-tag"],
+        capture_output=True, text=True, check=True, env=environ,
+    )  # fmt: skip
+    assert renamed.stdout.strip() == f"localhost/elsewhere:{project_version()}"
