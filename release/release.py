@@ -23,7 +23,7 @@ differ. ``--set-version X`` writes X into both.
 with the caller's registry logins) and the chart to ``oci://REGISTRY/PREFIX/charts`` (``helm
 push``; then ``helm install oci://REGISTRY/PREFIX/charts/imagerefresh --version V``).
 ``--plain-http`` for a registry without TLS, ``--insecure-skip-tls-verify`` for one whose
-certificate is not trusted here.
+certificate is not trusted here (or, as podman's ``--tls-verify=false``, one without TLS).
 
 helm and cosign are the builds pinned in e2e/versions.env (e2e/build-binaries); podman builds
 and saves the image (e2e/build-image, warm in seconds once built).
@@ -305,9 +305,14 @@ def push(helm: Path, local: str, chart: Path, version: str, to: Push) -> dict[st
         image_digest = digest_file.read_text().strip()
     flags = ["--plain-http"] if to.plain_http else []
     flags += ["--insecure-skip-tls-verify"] if to.insecure and not to.plain_http else []
-    pushed = run(
-        [helm, "push", chart, to.charts, *flags], what=f"helm push {to.charts}", merged=True
-    )
+    what = f"helm push {to.charts}"
+    try:
+        pushed = run([helm, "push", chart, to.charts, *flags], what=what, merged=True)
+    except ReleaseError as error:
+        # Not verifying TLS lets podman fall back to plain HTTP; helm needs to be told.
+        if not (to.insecure and "HTTP response to HTTPS client" in str(error)):
+            raise
+        pushed = run([helm, "push", chart, to.charts, "--plain-http"], what=what, merged=True)
     match = re.search(r"Digest:\s*(sha256:[0-9a-f]{64})", pushed)
     chart_ref = f"{to.charts}/imagerefresh:{version}"
     return {image: image_digest, chart_ref: match.group(1) if match else "?"}
