@@ -49,8 +49,8 @@ image: system-deps
 # The installable artifacts of pyproject.toml's version in $(DIST): the chart, the image as an
 # archive, the CLI's wheel and SHA256SUMS (see release/release.py). COSIGN_KEY=FILE signs the
 # sums (its password in $$COSIGN_PASSWORD); PUSH=REGISTRY[/PREFIX] also pushes the image and the
-# chart (PUSH_PLAIN_HTTP=true for a registry without TLS, PUSH_TLS_VERIFY=false for one whose
-# certificate is not trusted here).
+# chart (PUSH_PLAIN_HTTP=true for a registry without TLS; PUSH_TLS_VERIFY=false for one whose
+# certificate is not trusted here, or, as podman's --tls-verify=false, one without TLS).
 DIST ?= dist
 COSIGN_KEY ?=
 PUSH ?=
