@@ -271,13 +271,14 @@ def measure_startup(image: str, rounds: int = ROUNDS, budget: float = 180) -> St
     cpu, memory = chart_limits()
     with tempfile.TemporaryDirectory(prefix="imagerefresh-bench-image-") as tmp:
         config = _kubeconfig(Path(tmp))
-        seconds = []
+        seconds: list[float] = []
         for round_ in range(rounds):
             seconds.append(_one_startup(image, cpu, memory, config, budget))
             note(f"image start-up {round_ + 1}/{rounds}: {seconds[-1]:.1f} s at {cpu:g} cpu")
     # Each module's own time is wall time: a run that lost the CPU for a moment charges it to
     # whichever module was importing, so each package's share is the median of a few runs.
-    cpu_runs, shares = [], []
+    cpu_runs: list[float] = []
+    shares: list[dict[str, float]] = []
     for _ in range(rounds):
         imported = podman(
             "run", "--rm", *_limits(None, memory), "--entrypoint", "python3", image,
@@ -285,7 +286,7 @@ def measure_startup(image: str, rounds: int = ROUNDS, budget: float = 180) -> St
         )  # fmt: skip
         total, by_package = import_times(imported.stderr)
         cpu_runs.append(float(imported.stdout.strip().splitlines()[-1]))
-        shares.append({name: seconds / total for name, seconds in by_package})
+        shares.append({name: spent / total for name, spent in by_package})
     cpu_seconds = statistics.median(cpu_runs)
     names = {name for run in shares for name in run}
     median_share = {n: statistics.median(run.get(n, 0.0) for run in shares) for n in names}
