@@ -55,6 +55,9 @@ BUILD_IMAGE = REPO / "e2e" / "build-image"
 # The image's published name: chart/values.yaml's image.repository (a test keeps them equal).
 IMAGE_REPOSITORY = "docker.io/tracebloc/imagerefresh"
 SUMS = "SHA256SUMS"
+# What the wheel is built from (as the Dockerfile's builder stage copies it).
+WHEEL_SOURCES = ("pyproject.toml", "README.md", "LICENSE", "operator")
+_NOT_SOURCES = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
 SIGNATURE = "SHA256SUMS.sig"
 # One registry path below a host: components of the distribution grammar, joined by `/`.
 _PUSH = re.compile(
@@ -184,10 +187,19 @@ def build_wheel(version: str, dist: Path) -> Path:
     ).stdout.strip()
     if stamp:
         env["SOURCE_DATE_EPOCH"] = stamp
-    with tempfile.TemporaryDirectory(prefix="imagerefresh-wheel-") as out:
+    with tempfile.TemporaryDirectory(prefix="imagerefresh-wheel-") as tmp:
+        # From a copy of what the image's build copies: setuptools' build/ and egg-info in the
+        # checkout can hold files the sources no longer have.
+        source, out = Path(tmp) / "src", Path(tmp) / "out"
+        source.mkdir()
+        for name in WHEEL_SOURCES:
+            if (REPO / name).is_dir():
+                shutil.copytree(REPO / name, source / name, ignore=_NOT_SOURCES)
+            else:
+                shutil.copy2(REPO / name, source / name)
         run(
             [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", out,
-             REPO],
+             source],
             what="pip wheel", env=env,
         )  # fmt: skip
         name = artifact_names(version)["wheel"]

@@ -75,6 +75,12 @@ def test_the_wheel_is_the_cli_of_this_version_with_its_license_and_no_tests(
     assert "License-Expression: Apache-2.0\n" in metadata
     assert "imagerefresh = imagerefresh.cli:main" in entry_points
     assert "imagerefresh/cli.py" in names
+    # Exactly the package's sources: nothing a stale build directory still holds.
+    sources = {
+        str(path.relative_to(REPO / "operator"))
+        for path in (REPO / "operator" / "imagerefresh").rglob("*.py")
+    }
+    assert {n for n in names if n.endswith(".py")} == sources
     assert f"{info}/licenses/LICENSE" in names
     assert not [n for n in names if n.startswith(("tests/", "support/", "e2e/", "bench/"))]
     # The same commit gives the same bytes (the files' dates are the commit's).
