@@ -5,6 +5,7 @@ the names of the release artifacts all carry it."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tomllib
@@ -58,3 +59,17 @@ def test_make_image_tags_the_image_with_the_version() -> None:
         capture_output=True, text=True, check=True, env=environ,
     )  # fmt: skip
     assert renamed.stdout.strip() == f"localhost/elsewhere:{project_version()}"
+
+
+def test_the_changelog_has_notes_for_this_version_or_unreleased_ones() -> None:
+    """Keep a Changelog: `## [X.Y.Z] - YYYY-MM-DD` per release, `## [Unreleased]` on top."""
+    headings = re.findall(r"^## \[([^\]]+)\](.*)$", (REPO / "CHANGELOG.md").read_text(), re.M)
+    assert headings, "CHANGELOG.md has no release sections"
+    assert headings[0][0] == "Unreleased"
+    for name, rest in headings[1:]:
+        assert re.fullmatch(r"\d+\.\d+\.\d+\S*", name), name
+        assert re.fullmatch(r" - \d{4}-\d{2}-\d{2}", rest), f"{name}: {rest!r}"
+    released = [name for name, _ in headings[1:]]
+    assert project_version() in released or released == [], (
+        f"{project_version()} is neither released in CHANGELOG.md nor the first release"
+    )
