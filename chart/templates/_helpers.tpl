@@ -211,10 +211,12 @@ expose every Secret's content.
 {{/* The rules where policies live: the operator's own resources and kopf's. */}}
 {{- define "imagerefresh.policyRules" -}}
 {{- $root := . -}}
-# Policies: kopf lists and watches them, adds its finalizer and annotations (patch); a tick reads one.
+# Policies: kopf lists and watches them; a tick reads one. No patch: the operator's only kopf
+# handler is a raw-event handler, which stores nothing on the policy (no finalizer, no progress
+# or last-handled annotation); kopf patches a watched object only for those.
 - apiGroups: ["images.tracebloc.io"]
   resources: ["imagerefreshpolicies"]
-  verbs: ["get", "list", "watch", "patch"]
+  verbs: ["get", "list", "watch"]
 # Status is replaced (PUT) with the resourceVersion it was computed from.
 - apiGroups: ["images.tracebloc.io"]
   resources: ["imagerefreshpolicies/status"]

@@ -143,8 +143,6 @@ PROFILES: dict[str, dict[str, Any]] = {
         **CONTROL_PLANE,
         "rbac": {"pullSecrets": {"names": ["regcred"]}},
     },
-    # An upgrade from the previous release's values: accepted, ignored (see NOTES.txt).
-    "deprecated-peering-values": {"peering": {"enabled": True, "name": "imagerefresh"}},
     "two-replicas": {"replicaCount": 2},
     "two-replicas-all-namespaces": {"replicaCount": 2, "watch": {"allNamespaces": True}},
     "without-leader-election": {"leaderElection": {"enabled": False}},
@@ -386,8 +384,6 @@ def test_rendered_args_and_env_are_accepted_by_the_real_command_line(
         assert ctx.params["scanning"] is False
         elect = PROFILES[profile].get("leaderElection", {}).get("enabled", True)
         assert ctx.params["leader_elect"] is elect
-        assert ctx.params["peering_name"] is None  # kopf peering is gone, whatever the values
-        assert ctx.params["standalone"] is False
     env = {e["name"]: e["value"] for e in c["env"] if "value" in e}
     for name in (LOG_LEVEL_ENV, LOG_FORMAT_ENV):
         monkeypatch.setenv(name, env[name])
@@ -615,16 +611,6 @@ def test_without_leader_election_one_replica_recreated_and_no_lease_access() -> 
     assert "replicaCount above 1 needs leaderElection.enabled" in refused
 
 
-def test_deprecated_peering_values_still_render_without_any_peering_object_or_right() -> None:
-    objects = render(PROFILES["deprecated-peering-values"])
-    assert not [o for o in objects if o["apiVersion"].startswith("kopf.dev")]
-    rules = [r for o in of_kind(objects, "Role") for r in o["rules"]]
-    assert not [r for r in rules if "kopf.dev" in r["apiGroups"]]
-    args = operator_container(objects)["args"]
-    assert "--leader-elect" in args
-    assert not [a for a in args if a.startswith(("--peering", "--standalone", "--priority"))]
-
-
 # -- invariants over every profile ----------------------------------------------------------
 
 
@@ -688,6 +674,9 @@ def test_rbac_is_least_privilege_in_every_profile(profile: str) -> None:
                 assert sorted(rule["resourceNames"]) == sorted(names), rule
             if "events" in resources:
                 assert verbs == {"create"}, rule
+            if "imagerefreshpolicies" in resources:
+                # Read-only: kopf stores nothing on the policies it watches for the operator.
+                assert verbs == {"get", "list", "watch"}, rule
             if "imagerefreshpolicies/status" in resources:
                 assert verbs == {"update"}, rule
             assert not resources & {"customresourcedefinitions", "namespaces", "nodes"}, rule
@@ -829,7 +818,8 @@ def test_monitoring_is_off_by_default() -> None:
         ({"replicaCount": "1"}, "/replicaCount"),
         ({"replicaCount": 3}, "/replicaCount"),
         ({"leaderElection": {"id": "Not_A_Name"}}, "/leaderElection/id"),
-        ({"peering": {"enabled": True, "priority": 5}}, "additional properties 'priority'"),
+        # kopf peering is gone: leaderElection is how replicas share the work.
+        ({"peering": {"enabled": True}}, "additional properties 'peering' not allowed"),
         ({"ports": {"metrics": -1, "liveness": 8080}}, "/ports/metrics"),
         ({"ports": {"metrics": 70000, "liveness": 8080}}, "/ports/metrics"),
         ({"image": {"repository": "r.example/op", "digest": "sha256:abc"}}, "/image/digest"),
