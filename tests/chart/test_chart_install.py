@@ -26,11 +26,11 @@ import yaml
 
 from support.accounts import service_account_kubeconfig
 from support.cluster_env import Cluster, KubectlError, eventually
-from support.helm_env import CHART, KWOK_SCHEDULING, helm
+from support.helm_env import CHART, CRD_FROM_THE_TESTS, KWOK_SCHEDULING, helm
 from support.operator_env import IMAGEREFRESH, Operator, kwok_pod_template
 from support.registry_env import ImagePusher, free_port
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("crd_installed")]
 
 RELEASE = "ir"
 FULLNAME = f"{RELEASE}-imagerefresh"
@@ -63,7 +63,7 @@ class Release:
             "--wait",
             "--timeout",
             INSTALL_TIMEOUT,
-            values={**KWOK_SCHEDULING, **values},
+            values={**KWOK_SCHEDULING, **CRD_FROM_THE_TESTS, **values},
             env=self.cluster.env,
         )
         assert result.returncode == 0, f"helm install failed:\n{result.stderr}"

@@ -35,7 +35,7 @@ from support.helm_env import (
 
 DIGEST = "sha256:" + "ab" * 32
 CRD_SOURCE = REPO / "crds" / "imagerefreshpolicies.images.tracebloc.io.yaml"
-CHART_CRD = CHART / "crds" / CRD_SOURCE.name
+CHART_CRD = CHART / "files" / CRD_SOURCE.name
 WORKLOAD_RESOURCES = {"deployments", "daemonsets", "statefulsets"}
 
 
@@ -147,9 +147,10 @@ PROFILES: dict[str, dict[str, Any]] = {
     "two-replicas-all-namespaces": {"replicaCount": 2, "watch": {"allNamespaces": True}},
     "without-leader-election": {"leaderElection": {"enabled": False}},
     "insecure-registries": {"insecureRegistries": ["127.0.0.1:5000", "mirror.local"]},
-    "rbac-and-service-account-managed-elsewhere": {
+    "rbac-service-account-and-crd-managed-elsewhere": {
         "rbac": {"create": False},
         "serviceAccount": {"create": False, "name": "imagerefresh-operator"},
+        "crds": {"enabled": False},
     },
 }
 
@@ -212,24 +213,61 @@ def test_chart_crd_is_a_relative_symlink_to_the_single_crd_source() -> None:
     assert not link.is_absolute(), "an absolute link breaks in any other checkout"
     assert CHART_CRD.resolve() == CRD_SOURCE.resolve()
     assert sorted(p.name for p in CHART_CRD.parent.iterdir()) == [CRD_SOURCE.name]
+    # Helm installs a crds/ directory once and never upgrades it: the chart has none.
+    assert not (CHART / "crds").exists()
 
 
-def test_rendered_crd_is_the_crd_source_byte_for_byte_in_meaning() -> None:
-    objects = render(include_crds=True)
-    (crd,) = of_kind(objects, "CustomResourceDefinition")
-    assert crd == yaml.safe_load(CRD_SOURCE.read_text())
+def rendered_crd(values: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    found = of_kind(render(values), "CustomResourceDefinition")
+    assert len(found) <= 1
+    return found[0] if found else None
 
 
-def test_packaged_chart_carries_the_crd_file_not_a_link(tmp_path: Path) -> None:
+def test_the_crd_is_a_template_rendering_the_crd_source_kept_on_uninstall() -> None:
+    crd = rendered_crd()
+    assert crd is not None
+    source = yaml.safe_load(CRD_SOURCE.read_text())
+    assert crd["spec"] == source["spec"]
+    assert {k: v for k, v in crd.items() if k != "metadata"} == {
+        k: v for k, v in source.items() if k != "metadata"
+    }
+    assert crd["metadata"]["name"] == source["metadata"]["name"]
+    assert crd["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+    labels = crd["metadata"]["labels"]
+    assert labels["app.kubernetes.io/managed-by"] == "Helm"
+    assert labels["app.kubernetes.io/instance"] == "r"
+    assert labels["app.kubernetes.io/component"] == "crd"
+
+
+def test_crds_keep_false_lets_uninstall_delete_the_crd() -> None:
+    crd = rendered_crd({"crds": {"keep": False}})
+    assert crd is not None
+    assert "helm.sh/resource-policy" not in crd["metadata"].get("annotations", {})
+
+
+def test_crds_disabled_renders_no_crd_and_the_operator_unchanged() -> None:
+    assert rendered_crd({"crds": {"enabled": False}}) is None
+    without = [o for o in render() if o["kind"] != "CustomResourceDefinition"]
+    assert render({"crds": {"enabled": False}}) == without
+
+
+def test_packaged_chart_carries_the_crd_file_not_a_link_and_no_crds_directory(
+    tmp_path: Path,
+) -> None:
     result = helm("package", str(CHART), "--destination", str(tmp_path))
     assert result.returncode == 0, result.stderr
     (archive,) = tmp_path.glob("imagerefresh-*.tgz")
     with tarfile.open(archive) as tar:
-        member = tar.getmember(f"imagerefresh/crds/{CRD_SOURCE.name}")
+        member = tar.getmember(f"imagerefresh/files/{CRD_SOURCE.name}")
         assert member.isfile()
         extracted = tar.extractfile(member)
         assert extracted is not None
         assert extracted.read() == CRD_SOURCE.read_bytes()
+        assert not [n for n in tar.getnames() if n.startswith("imagerefresh/crds/")]
+    # And the packaged chart renders the same CRD as the directory.
+    packaged = helm("template", "r", str(archive), "--kube-version", KUBE_VERSION)
+    assert packaged.returncode == 0, packaged.stderr
+    assert of_kind(packaged.objects, "CustomResourceDefinition") == [rendered_crd()]
 
 
 def test_chart_app_version_is_the_package_version() -> None:
@@ -246,7 +284,13 @@ def test_chart_app_version_is_the_package_version() -> None:
 def test_defaults_render_one_hardened_guaranteed_operator_watching_the_release_namespace() -> None:
     objects = render()
     assert Counter(o["kind"] for o in objects) == Counter(
-        {"ServiceAccount": 1, "Role": 2, "RoleBinding": 2, "Deployment": 1}
+        {
+            "CustomResourceDefinition": 1,
+            "ServiceAccount": 1,
+            "Role": 2,
+            "RoleBinding": 2,
+            "Deployment": 1,
+        }
     )
     deployment = only(objects, "Deployment")
     assert deployment["spec"]["replicas"] == 1
@@ -796,8 +840,8 @@ def test_operator_alerts_follow_the_operator_selector_severity_and_for_values() 
     assert alerts["ImageRefreshTargetFrozen"]["labels"]["severity"] == "warning"
 
 
-def test_rbac_and_service_account_can_be_left_to_the_cluster_admin() -> None:
-    objects = render(PROFILES["rbac-and-service-account-managed-elsewhere"])
+def test_rbac_service_account_and_crd_can_be_left_to_the_cluster_admin() -> None:
+    objects = render(PROFILES["rbac-service-account-and-crd-managed-elsewhere"])
     assert {o["kind"] for o in objects} == {"Deployment"}
     pod = only(objects, "Deployment")["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == "imagerefresh-operator"
@@ -815,6 +859,8 @@ def test_monitoring_is_off_by_default() -> None:
     ("values", "message"),
     [
         ({"bogus": True}, "additional properties 'bogus' not allowed"),
+        ({"crds": {"enabled": "yes"}}, "/crds/enabled"),
+        ({"crds": {"install": True}}, "additional properties 'install' not allowed"),
         ({"replicaCount": "1"}, "/replicaCount"),
         ({"replicaCount": 3}, "/replicaCount"),
         ({"leaderElection": {"id": "Not_A_Name"}}, "/leaderElection/id"),
