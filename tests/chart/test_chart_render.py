@@ -251,6 +251,13 @@ def test_crds_disabled_renders_no_crd_and_the_operator_unchanged() -> None:
     assert render({"crds": {"enabled": False}}) == without
 
 
+def test_values_without_crds_as_reuse_values_carries_them_from_an_older_release_keep_defaults() -> (
+    None
+):
+    # `helm upgrade --reuse-values` uses the previous chart's values, which had no crds.*.
+    assert rendered_crd({"crds": None}) == rendered_crd()
+
+
 def test_packaged_chart_carries_the_crd_file_not_a_link_and_no_crds_directory(
     tmp_path: Path,
 ) -> None:
