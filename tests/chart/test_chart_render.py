@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry
 
 from imagerefresh.cli import LOG_FORMAT_ENV, LOG_LEVEL_ENV, main
 from imagerefresh.cli import run as run_command
+from imagerefresh.kube.namespaces import NamespaceScope, is_pattern
 from imagerefresh.metrics import Metrics
 
 from support.helm_env import (
@@ -126,6 +127,11 @@ PROFILES: dict[str, dict[str, Any]] = {
         ],
     },
     "all-namespaces": {"watch": {"allNamespaces": True}},
+    "namespace-pattern": {"watch": {"namespaces": ["tracebloc", "edge-*, !edge-test-*"]}},
+    "namespace-pattern-with-policies": {
+        "watch": {"namespaces": ["trace*"]},
+        **CONTROL_PLANE,
+    },
     "all-namespaces-with-policies": {"watch": {"allNamespaces": True}, **CONTROL_PLANE},
     "image-by-digest": {
         "image": {"repository": "registry.example:5000/ops/imagerefresh", "digest": DIGEST}
@@ -615,6 +621,76 @@ def test_all_namespaces_with_policies_keeps_workload_access_namespaced_and_named
     assert names_granted(home, "apps.deployments", "patch") == {"jobs-manager", "requests-proxy"}
 
 
+def test_a_namespace_pattern_grants_policy_rules_cluster_wide_as_the_operator_watches_them() -> (
+    None
+):
+    values = PROFILES["namespace-pattern"]
+    objects = render(values)
+    rules = only(objects, "ClusterRole")["rules"]
+    for verb in ("get", "list", "watch"):
+        assert grants(rules, "images.tracebloc.io.imagerefreshpolicies", verb)
+    assert grants(rules, "images.tracebloc.io.imagerefreshpolicies/status", "update")
+    assert grants(rules, "events", "create")
+    # No policy names the targets: they may be in any namespace the pattern serves.
+    assert names_granted(rules, "apps.deployments", "patch") is None
+    assert not operator_roles(objects)  # the Lease's Role only
+    args = operator_container(objects)["args"]
+    namespaces = tuple(a.removeprefix("--namespace=") for a in args if a.startswith("--namespace="))
+    assert namespaces == ("edge-*, !edge-test-*", "tracebloc")
+    scope = NamespaceScope.of(namespaces)
+    assert scope.clusterwide
+    assert scope.serves("edge-berlin")
+    assert not scope.serves("edge-test-1")
+
+
+def test_a_namespace_pattern_with_policies_keeps_workload_access_namespaced_and_named() -> None:
+    objects = render(PROFILES["namespace-pattern-with-policies"])
+    cluster_rules = only(objects, "ClusterRole")["rules"]
+    assert grants(cluster_rules, "images.tracebloc.io.imagerefreshpolicies", "watch")
+    assert not [r for r in cluster_rules if r["apiGroups"] == ["apps"]]
+    assert not grants(cluster_rules, "pods", "list")
+    home = rules_of(objects, "Role", "tracebloc")
+    assert names_granted(home, "apps.deployments", "patch") == {"jobs-manager", "requests-proxy"}
+    assert not grants(home, "images.tracebloc.io.imagerefreshpolicies", "watch")
+
+
+def test_pull_secret_names_with_a_namespace_pattern_and_no_policies_are_refused() -> None:
+    error = render_error(
+        {"watch": {"namespaces": ["edge-*"]}, "rbac": {"pullSecrets": {"names": ["regcred"]}}}
+    )
+    assert "never grants Secrets cluster-wide" in error
+
+
+SERVED = [
+    ("edge-*", "edge-berlin"),
+    ("edge-*", "edge"),
+    ("edge-*", "tracebloc"),
+    ("edge-?", "edge-1"),
+    ("edge-?", "edge-12"),
+    ("*, !kube-*", "tracebloc"),
+    ("*, !kube-*", "kube-system"),
+    ("!kube-*", "tracebloc"),
+    ("edge-*, !*-test, *-test-keep", "edge-a-test"),
+    ("edge-*, !*-test, edge-b-*", "edge-b-test"),
+    ("edge-*, *-test", "other-test"),
+    ("tracebloc", "tracebloc"),
+    ("tracebloc", "tracebloc-node-agents"),
+]
+
+
+@pytest.mark.parametrize(("pattern", "where"), SERVED)
+def test_the_chart_accepts_a_policy_in_a_namespace_exactly_when_the_operator_serves_it(
+    pattern: str, where: str
+) -> None:
+    policy = control_plane_policy(namespace=where)
+    policy["spec"] = {"targets": policy["spec"]["targets"][:1]}  # in its own namespace
+    values = {"watch": {"namespaces": [pattern]}, "policies": [policy]}
+    if NamespaceScope.of([pattern]).serves(where):
+        assert only(render(values), "ImageRefreshPolicy")["metadata"]["namespace"] == where
+    else:
+        assert "which the operator does not watch" in render_error(values)
+
+
 def leader_election_rules(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
     roles = [
         r for r in of_kind(objects, "Role") if r["metadata"]["name"].endswith(LEADER_ELECTION_ROLE)
@@ -731,7 +807,8 @@ def test_rbac_is_least_privilege_in_every_profile(profile: str) -> None:
             if "imagerefreshpolicies/status" in resources:
                 assert verbs == {"update"}, rule
             assert not resources & {"customresourcedefinitions", "namespaces", "nodes"}, rule
-    if not values.get("watch", {}).get("allNamespaces"):
+    watch = values.get("watch", {})
+    if not watch.get("allNamespaces") and not any(map(is_pattern, watch.get("namespaces", []))):
         assert not of_kind(objects, "ClusterRole")
         assert not of_kind(objects, "ClusterRoleBinding")
     for binding in of_kind(objects, "RoleBinding") + of_kind(objects, "ClusterRoleBinding"):
@@ -877,7 +954,8 @@ def test_monitoring_is_off_by_default() -> None:
         ({"ports": {"metrics": 70000, "liveness": 8080}}, "/ports/metrics"),
         ({"image": {"repository": "r.example/op", "digest": "sha256:abc"}}, "/image/digest"),
         ({"image": {"repository": "r.example/op:1.0"}}, "/image/repository"),
-        ({"watch": {"namespaces": ["irp-*"]}}, "/watch/namespaces/0"),
+        ({"watch": {"namespaces": ["Edge_*"]}}, "/watch/namespaces/0"),
+        ({"watch": {"namespaces": ["edge-[0-9]"]}}, "/watch/namespaces/0"),
         ({"watch": {"allNamespaces": "yes"}}, "/watch/allNamespaces"),
         ({"resources": {"cpu": "0", "memory": "128Mi"}}, "/resources/cpu"),
         ({"resources": {"cpu": "100m", "memory": "lots"}}, "/resources/memory"),
