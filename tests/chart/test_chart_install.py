@@ -180,6 +180,28 @@ def test_installed_operator_pod_is_guaranteed_qos_as_computed_by_the_api_server(
     assert_hardened(pod)
 
 
+def test_a_namespace_pattern_installs_and_grants_the_policies_of_matching_namespaces_only(
+    cluster: Cluster, namespace: str, extra_namespaces: dict[str, str], release: Release
+) -> None:
+    """The operator watches policies cluster-wide for a pattern: the API server must grant its
+    ServiceAccount that watch and the status writes, and still no Secret anywhere."""
+    agents, outside = extra_namespaces["agents"], extra_namespaces["outside"]
+    release.install({"watch": {"namespaces": [f"{namespace}-ag*"]}})
+    identity = f"system:serviceaccount:{namespace}:{FULLNAME}"
+    policies = "imagerefreshpolicies.images.tracebloc.io"
+    for where, extra in ((["--all-namespaces"], []), (["-n", agents], ["--subresource=status"])):
+        verb = "update" if extra else "watch"
+        answer = cluster.kubectl(
+            "auth", "can-i", verb, policies, *where, *extra, "--as", identity, check=False
+        )
+        assert answer.stdout.strip() == "yes", f"{verb} {where}: {answer.stdout}{answer.stderr}"
+    assert can_i(cluster, identity, "create", "events", agents)
+    assert not can_i(cluster, identity, "patch", "imagerefreshpolicies", agents)
+    assert not can_i(cluster, identity, "get", "secrets", outside)
+    args = release.pod()["spec"]["containers"][0]["args"]
+    assert f"--namespace={namespace}-ag*" in args
+
+
 # -- the operator as the chart's ServiceAccount --------------------------------------------------
 
 
