@@ -180,7 +180,7 @@ def test_installed_operator_pod_is_guaranteed_qos_as_computed_by_the_api_server(
     assert_hardened(pod)
 
 
-def test_a_namespace_pattern_installs_and_grants_the_policies_of_matching_namespaces_only(
+def test_a_namespace_pattern_installs_with_cluster_wide_policy_rights_and_no_secret_read(
     cluster: Cluster, namespace: str, extra_namespaces: dict[str, str], release: Release
 ) -> None:
     """The operator watches policies cluster-wide for a pattern: the API server must grant its
