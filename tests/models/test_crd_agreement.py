@@ -267,15 +267,17 @@ def _flat(text: str) -> str:
 
 def _explained_fields(explanation: str) -> dict[str, str]:
     """`kubectl explain`'s FIELDS section: each child field's name to its description, as one
-    line. A field's line is indented by 2, its description (wrapped) by 4; lines between them
-    indented by 2 (`enum: …`) say more about the type."""
+    line. A description (wrapped) is indented deeper than its field's line; lines indented as
+    the field's (`enum: …`) say more about the type."""
     _, _, fields = explanation.partition("\nFIELDS:\n")
     found: dict[str, str] = {}
     for block in re.split(r"\n\s*\n", fields):
         lines = block.strip("\n").splitlines()
-        if lines and re.match(r"^  \S", lines[0]):
-            described = [line for line in lines[1:] if line.startswith("    ")]
-            found[lines[0].split()[0]] = _flat(" ".join(described))
+        if not lines or not lines[0].startswith(" "):
+            continue
+        indent = len(lines[0]) - len(lines[0].lstrip())
+        described = [line for line in lines[1:] if len(line) - len(line.lstrip()) > indent]
+        found[lines[0].split()[0]] = _flat(" ".join(described))
     return found
 
 
