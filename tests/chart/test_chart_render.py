@@ -204,7 +204,9 @@ def names_granted(rules: list[dict[str, Any]], resource: str, verb: str) -> set[
 # -- lint, packaging, the CRD -----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("profile", ["defaults", "policies", "all-namespaces", "monitoring"])
+@pytest.mark.parametrize(
+    "profile", ["defaults", "policies", "all-namespaces", "namespace-pattern", "monitoring"]
+)
 def test_helm_lint_passes_strictly(profile: str) -> None:
     result = helm(
         "lint", str(CHART), "--strict", "--kube-version", KUBE_VERSION, values=PROFILES[profile]
