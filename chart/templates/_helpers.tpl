@@ -70,13 +70,66 @@ app.kubernetes.io/component: operator
 
 {{/* Configuration ------------------------------------------------------------------------- */}}
 
-{{/* The watched namespaces, as a JSON list (empty with watch.allNamespaces). */}}
+{{/* The watched namespaces (exact names and patterns), as a JSON list (empty with watch.allNamespaces). */}}
 {{- define "imagerefresh.watched" -}}
 {{- if .Values.watch.allNamespaces -}}
 []
 {{- else -}}
 {{- $given := .Values.watch.namespaces | default (list .Release.Namespace) -}}
 {{- toJson (uniq $given | sortAlpha) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+Namespace patterns, in the operator's grammar (imagerefresh run --namespace): comma-separated
+globs (`*`, `?`); a `!` glob excludes; a leading exclusion implies a catch-all before it; an
+inclusive glob after the first re-includes only what the first matched (`edge-*, !*-test`).
+values.schema.json keeps globs to [a-z0-9-*?], so a glob becomes a regular expression by
+replacing `*` and `?` alone. tests/chart checks these against the operator's own matching.
+*/}}
+{{- define "imagerefresh.isPattern" -}}
+{{- if regexMatch "[*?!,]" . }}true{{ end -}}
+{{- end -}}
+
+{{/* Whether policies are watched cluster-wide: every namespace, or some pattern to match. */}}
+{{- define "imagerefresh.clusterwide" -}}
+{{- if .Values.watch.allNamespaces }}true{{ end -}}
+{{- range .Values.watch.namespaces }}{{ include "imagerefresh.isPattern" . }}{{ end -}}
+{{- end -}}
+
+{{- define "imagerefresh.globMatches" -}}
+{{- $glob := index . 1 | replace "*" ".*" | replace "?" "." -}}
+{{- if regexMatch (printf "^%s$" $glob) (index . 0) }}true{{ end -}}
+{{- end -}}
+
+{{/* (list NAMESPACE PATTERN): "true" when PATTERN (an exact name too) serves NAMESPACE. */}}
+{{- define "imagerefresh.patternServes" -}}
+{{- $name := index . 0 -}}
+{{- $globs := list -}}
+{{- range splitList "," (index . 1) }}{{ $globs = append $globs (trim .) }}{{ end -}}
+{{- if hasPrefix "!" (first $globs) }}{{ $globs = prepend $globs "*" }}{{ end -}}
+{{- $first := include "imagerefresh.globMatches" (list $name (first $globs)) -}}
+{{- $matched := $first -}}
+{{- range rest $globs -}}
+{{- if hasPrefix "!" . -}}
+{{- if include "imagerefresh.globMatches" (list $name (trimPrefix "!" .)) }}{{ $matched = "" }}{{ end -}}
+{{- else if and $first (include "imagerefresh.globMatches" (list $name .)) -}}
+{{- $matched = "true" -}}
+{{- end -}}
+{{- end -}}
+{{- $matched -}}
+{{- end -}}
+
+{{/* (list ROOT NAMESPACE): "true" when the operator serves policies in NAMESPACE. */}}
+{{- define "imagerefresh.serves" -}}
+{{- $root := index . 0 -}}
+{{- $ns := index . 1 -}}
+{{- if $root.Values.watch.allNamespaces -}}
+true
+{{- else -}}
+{{- range (include "imagerefresh.watched" $root | fromJsonArray) -}}
+{{- include "imagerefresh.patternServes" (list $ns .) -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 
@@ -88,7 +141,6 @@ not watch, a cross-namespace target with no allow-list pair), so the mistake sho
 */}}
 {{- define "imagerefresh.policies" -}}
 {{- $root := . -}}
-{{- $watched := include "imagerefresh.watched" . | fromJsonArray -}}
 {{- $resources := dict "Deployment" "deployments" "DaemonSet" "daemonsets" "StatefulSet" "statefulsets" -}}
 {{- $pairs := list -}}
 {{- range .Values.allowNamespacePairs -}}
@@ -103,8 +155,8 @@ not watch, a cross-namespace target with no allow-list pair), so the mistake sho
 {{- fail (printf "policies: %s is declared twice" $key) -}}
 {{- end -}}
 {{- $_ := set $seen $key true -}}
-{{- if and (not $root.Values.watch.allNamespaces) (not (has $ns $watched)) -}}
-{{- fail (printf "policies: %s is in namespace %s, which the operator does not watch; add it to watch.namespaces" $key $ns) -}}
+{{- if not (include "imagerefresh.serves" (list $root $ns)) -}}
+{{- fail (printf "policies: %s is in namespace %s, which the operator does not watch; add it (or a pattern matching it) to watch.namespaces" $key $ns) -}}
 {{- end -}}
 {{- $targets := list -}}
 {{- range .spec.targets -}}
@@ -129,14 +181,18 @@ What each namespace needs, as a JSON object keyed by namespace:
   {policies: bool, targets: bool, names: {deployments: [...], ...}}
 `policies`: ImageRefreshPolicies live here (watched). `targets`: the operator reads and patches
 workloads here; `names` lists them when known (scoped), else every workload may be reached.
-With watch.allNamespaces, policy rules are cluster-wide (no entry here) and so are target rules
-unless scoped.
+Watched cluster-wide (watch.allNamespaces, or a namespace pattern: policies may be in
+namespaces no one can list at install), policy rules are cluster-wide (no entry here) and so
+are target rules unless scoped.
 */}}
 {{- define "imagerefresh.rbacPlan" -}}
 {{- $plan := dict -}}
 {{- $scoped := include "imagerefresh.scoped" . -}}
+{{- $clusterwide := include "imagerefresh.clusterwide" . -}}
+{{- if not $clusterwide -}}
 {{- range (include "imagerefresh.watched" . | fromJsonArray) -}}
 {{- $_ := set $plan . (dict "policies" true "targets" false "names" dict) -}}
+{{- end -}}
 {{- end -}}
 {{- if $scoped -}}
 {{- range (include "imagerefresh.policies" . | fromJsonArray) -}}
@@ -148,7 +204,7 @@ unless scoped.
 {{- $_ := set $plan .namespace $entry -}}
 {{- end -}}
 {{- end -}}
-{{- else if not .Values.watch.allNamespaces -}}
+{{- else if not $clusterwide -}}
 {{- $targetNamespaces := include "imagerefresh.watched" . | fromJsonArray -}}
 {{- range .Values.allowNamespacePairs -}}
 {{- $targetNamespaces = append $targetNamespaces .targetNamespace -}}
@@ -162,7 +218,7 @@ unless scoped.
 {{- toJson $plan -}}
 {{- end -}}
 
-{{/* The rules a target namespace (or, unscoped with allNamespaces, the cluster) needs. */}}
+{{/* The rules a target namespace (or, unscoped and watched cluster-wide, the cluster) needs. */}}
 {{- define "imagerefresh.targetRules" -}}
 {{- $root := index . 0 -}}
 {{- $names := index . 1 -}}
@@ -211,10 +267,12 @@ expose every Secret's content.
 {{/* The rules where policies live: the operator's own resources and kopf's. */}}
 {{- define "imagerefresh.policyRules" -}}
 {{- $root := . -}}
-# Policies: kopf lists and watches them, adds its finalizer and annotations (patch); a tick reads one.
+# Policies: kopf lists and watches them; a tick reads one. No patch: the operator's only kopf
+# handler is a raw-event handler, which stores nothing on the policy (no finalizer, no progress
+# or last-handled annotation); kopf patches a watched object only for those.
 - apiGroups: ["images.tracebloc.io"]
   resources: ["imagerefreshpolicies"]
-  verbs: ["get", "list", "watch", "patch"]
+  verbs: ["get", "list", "watch"]
 # Status is replaced (PUT) with the resourceVersion it was computed from.
 - apiGroups: ["images.tracebloc.io"]
   resources: ["imagerefreshpolicies/status"]
@@ -239,8 +297,8 @@ expose every Secret's content.
 {{- if and .Values.watch.allNamespaces .Values.watch.namespaces -}}
 {{- fail "watch.namespaces and watch.allNamespaces exclude each other" -}}
 {{- end -}}
-{{- if and .Values.rbac.pullSecrets.names .Values.watch.allNamespaces (not (include "imagerefresh.scoped" .)) -}}
-{{- fail "rbac.pullSecrets.names: with watch.allNamespaces and no policies in values, the chart knows no target namespace to grant them in, and it never grants Secrets cluster-wide; declare the policies in values (rbac.scopeToPolicies: true), or grant get on those Secrets by name with a Role in each target namespace yourself" -}}
+{{- if and .Values.rbac.pullSecrets.names (include "imagerefresh.clusterwide" .) (not (include "imagerefresh.scoped" .)) -}}
+{{- fail "rbac.pullSecrets.names: with watch.allNamespaces or a namespace pattern and no policies in values, the chart knows no target namespace to grant them in, and it never grants Secrets cluster-wide; declare the policies in values (rbac.scopeToPolicies: true), or grant get on those Secrets by name with a Role in each target namespace yourself" -}}
 {{- end -}}
 {{- $_ := include "imagerefresh.policies" . -}}
 {{- end -}}

@@ -522,11 +522,6 @@ def _runtime_parts(
     type=click.FloatRange(min=0, min_open=True),
     help="Seconds between attempts to take or renew the Lease.",
 )
-# kopf peering is gone (leader election replaces it; kopf always runs standalone). These are
-# accepted, with a warning, for one release, so that an older manifest still starts.
-@click.option("--peering", "peering_name", default=None, hidden=True)
-@click.option("--standalone", is_flag=True, hidden=True)
-@click.option("--priority", default=None, type=int, hidden=True)
 # Where the interval grid lies (epoch seconds; random per process by default, so that many
 # operators do not ask one registry at the same second). For tests that must know that no
 # interval tick falls inside them: the first grid instant is then a whole interval away.
@@ -563,9 +558,6 @@ def run(
     leader_election_lease_duration: float,
     leader_election_renew_deadline: float,
     leader_election_retry_period: float,
-    peering_name: str | None,
-    standalone: bool,
-    priority: int | None,
     tick_grid_phase: float | None,
     planning_delay: float,
     scanning: bool,
@@ -594,21 +586,6 @@ def run(
     logging.getLogger("kopf.objects").setLevel(max(logging.WARNING, logging.getLogger().level))
     log = structlog.get_logger(__name__)
     log.info("allocator tuned", **tuned)
-    deprecated = [
-        flag
-        for flag, given in (
-            ("--peering", peering_name is not None),
-            ("--standalone", standalone),
-            ("--priority", priority is not None),
-        )
-        if given
-    ]
-    if deprecated:
-        log.warning(
-            "deprecated options ignored: kopf peering is replaced by --leader-elect, and the "
-            "operator always runs kopf standalone; remove them (they go in the next release)",
-            options=deprecated,
-        )
     config = OperatorConfig(
         insecure_registries=tuple(insecure_registries),
         namespaces=NamespacePolicy(namespace_pairs),

@@ -8,9 +8,6 @@ at the start of a refresh window one of its targets waits for, and every few sec
 rollout of ours is in flight. Deleting a policy, its namespace or the release never
 waits for the operator.
 
-Earlier versions served policies with kopf daemons, which left a finalizer on each policy;
-the event handler removes it (an upgrade must not strand a policy that is being deleted).
-
 With a namespace pattern kopf watches policies cluster-wide and the handler serves only those
 in a matching namespace (:mod:`imagerefresh.kube.namespaces` says why kopf does not match).
 
@@ -28,9 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
-import structlog
 
-from imagerefresh.kube.errors import KubeError
 from imagerefresh.kube.namespaces import NamespaceScope
 from imagerefresh.models import PolicySpec, parse_duration
 from imagerefresh.runtime.gather import RESET_ANNOTATION, WINDOW_OVERRIDE_ANNOTATION
@@ -40,7 +35,6 @@ from imagerefresh.runtime.ticker import PolicyTicker
 
 __all__ = [
     "GROUP",
-    "LEGACY_FINALIZER",
     "PLURAL",
     "REFRESH_NOW_ANNOTATION",
     "VERSION",
@@ -48,12 +42,8 @@ __all__ = [
     "build_registry",
 ]
 
-log = structlog.get_logger(__name__)
-
 GROUP, VERSION, PLURAL = "images.tracebloc.io", "v1alpha1", "imagerefreshpolicies"
 REFRESH_NOW_ANNOTATION = "images.tracebloc.io/refresh-now"
-# What the daemons of earlier versions put on every policy.
-LEGACY_FINALIZER = f"{GROUP}/finalizer"
 # kopf's watch streams can go silent without a disconnect (kopf's docs; root cause unknown
 # upstream): no event, no error, until kopf's 70 s inactivity timer reconnects. Ending every
 # watch after WATCH_SERVER_TIMEOUT (server side) or WATCH_CLIENT_TIMEOUT (client side, if the
@@ -98,30 +88,6 @@ def _trigger(body: Mapping[str, Any]) -> tuple[Any, ...]:
     )
 
 
-async def _drop_legacy_finalizer(runtime: Runtime, body: kopf.Body) -> None:
-    finalizers = list(body.metadata.get("finalizers") or ())
-    if LEGACY_FINALIZER not in finalizers:
-        return
-    namespace, name = body.metadata.namespace or "", body.metadata.name or ""
-    try:
-        await asyncio.to_thread(
-            runtime.ticker.api.remove_policy_finalizer,
-            namespace,
-            name,
-            finalizers.index(LEGACY_FINALIZER),
-            LEGACY_FINALIZER,
-        )
-    except KubeError as error:  # the next event of the policy tries again
-        log.warning(
-            "could not remove the finalizer an earlier version left; grant the operator "
-            "patch on imagerefreshpolicies",
-            policy=f"{namespace}/{name}",
-            error=str(error),
-        )
-    else:
-        log.info("removed the finalizer an earlier version left", policy=f"{namespace}/{name}")
-
-
 def build_registry(scope: NamespaceScope | None = None) -> kopf.OperatorRegistry:
     """A kopf registry with the operator's handlers, for the policies of ``scope`` (all when
     None). kopf watches where it is told; ``scope`` decides which of those policies are ours."""
@@ -162,7 +128,6 @@ def build_registry(scope: NamespaceScope | None = None) -> kopf.OperatorRegistry
             memo.ticker.claims.forget(uid)
             memo.scheduler.forget(uid)  # and its series go with it
             return
-        await _drop_legacy_finalizer(memo, body)
         if body.metadata.get("deletionTimestamp"):
             return  # going: no new tick for it
         namespace, name = body.metadata.namespace or "", body.metadata.name or ""

@@ -26,11 +26,11 @@ import yaml
 
 from support.accounts import service_account_kubeconfig
 from support.cluster_env import Cluster, KubectlError, eventually
-from support.helm_env import CHART, KWOK_SCHEDULING, helm
+from support.helm_env import CHART, CRD_FROM_THE_TESTS, KWOK_SCHEDULING, helm
 from support.operator_env import IMAGEREFRESH, Operator, kwok_pod_template
 from support.registry_env import ImagePusher, free_port
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("crd_installed")]
 
 RELEASE = "ir"
 FULLNAME = f"{RELEASE}-imagerefresh"
@@ -63,7 +63,7 @@ class Release:
             "--wait",
             "--timeout",
             INSTALL_TIMEOUT,
-            values={**KWOK_SCHEDULING, **values},
+            values={**KWOK_SCHEDULING, **CRD_FROM_THE_TESTS, **values},
             env=self.cluster.env,
         )
         assert result.returncode == 0, f"helm install failed:\n{result.stderr}"
@@ -178,6 +178,30 @@ def test_installed_operator_pod_is_guaranteed_qos_as_computed_by_the_api_server(
     assert pod["spec"]["nodeName"].startswith("kwok-node-")
     assert_guaranteed(pod)
     assert_hardened(pod)
+
+
+def test_a_namespace_pattern_installs_with_cluster_wide_policy_rights_and_no_secret_read(
+    cluster: Cluster, namespace: str, extra_namespaces: dict[str, str], release: Release
+) -> None:
+    """The operator watches policies cluster-wide for a pattern: the API server must grant its
+    ServiceAccount that watch and the status writes, and still no Secret anywhere."""
+    agents, outside = extra_namespaces["agents"], extra_namespaces["outside"]
+    release.install({"watch": {"namespaces": [f"{namespace}-ag*"]}})
+    identity = f"system:serviceaccount:{namespace}:{FULLNAME}"
+
+    def allowed(*request: str) -> bool:
+        answer = cluster.kubectl("auth", "can-i", *request, "--as", identity, check=False)
+        assert answer.stdout.strip() in {"yes", "no"}, answer.stdout + answer.stderr
+        return answer.stdout.strip() == "yes"
+
+    policies = "imagerefreshpolicies.images.tracebloc.io"
+    assert allowed("watch", policies, "--all-namespaces")
+    assert allowed("update", policies, "--subresource=status", "-n", agents)
+    assert can_i(cluster, identity, "create", "events", agents)
+    assert not can_i(cluster, identity, "patch", "imagerefreshpolicies", agents)
+    assert not can_i(cluster, identity, "get", "secrets", outside)
+    args = release.pod()["spec"]["containers"][0]["args"]
+    assert f"--namespace={namespace}-ag*" in args
 
 
 # -- the operator as the chart's ServiceAccount --------------------------------------------------

@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 
 from support.cluster_env import Cluster, eventually
-from support.helm_env import CHART, helm
+from support.helm_env import CHART, CRD_FROM_THE_TESTS, helm
 from support.operator_env import Operator
 from support.realnode_env import SLEEP, RealNode
 from support.registry_env import ImagePusher, free_port
 from support.scenario import images
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("crd_installed")]
 
 RELEASE = "node"
 POLICY = "edge"
@@ -60,6 +60,7 @@ def chart_values(node: RealNode, image: str, registry: str, port: int, tag: str)
     }
     return {
         **placement,
+        **CRD_FROM_THE_TESTS,
         "image": {"repository": repository, "tag": image_tag, "digest": ""},
         "hostNetwork": {"enabled": True, "apiServer": {"host": "127.0.0.1", "port": port}},
         "insecureRegistries": [registry],

@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry
 
 from imagerefresh.cli import LOG_FORMAT_ENV, LOG_LEVEL_ENV, main
 from imagerefresh.cli import run as run_command
+from imagerefresh.kube.namespaces import NamespaceScope, is_pattern
 from imagerefresh.metrics import Metrics
 
 from support.helm_env import (
@@ -35,7 +36,7 @@ from support.helm_env import (
 
 DIGEST = "sha256:" + "ab" * 32
 CRD_SOURCE = REPO / "crds" / "imagerefreshpolicies.images.tracebloc.io.yaml"
-CHART_CRD = CHART / "crds" / CRD_SOURCE.name
+CHART_CRD = CHART / "files" / CRD_SOURCE.name
 WORKLOAD_RESOURCES = {"deployments", "daemonsets", "statefulsets"}
 
 
@@ -126,6 +127,11 @@ PROFILES: dict[str, dict[str, Any]] = {
         ],
     },
     "all-namespaces": {"watch": {"allNamespaces": True}},
+    "namespace-pattern": {"watch": {"namespaces": ["tracebloc", "edge-*, !edge-test-*"]}},
+    "namespace-pattern-with-policies": {
+        "watch": {"namespaces": ["trace*"]},
+        **CONTROL_PLANE,
+    },
     "all-namespaces-with-policies": {"watch": {"allNamespaces": True}, **CONTROL_PLANE},
     "image-by-digest": {
         "image": {"repository": "registry.example:5000/ops/imagerefresh", "digest": DIGEST}
@@ -143,15 +149,14 @@ PROFILES: dict[str, dict[str, Any]] = {
         **CONTROL_PLANE,
         "rbac": {"pullSecrets": {"names": ["regcred"]}},
     },
-    # An upgrade from the previous release's values: accepted, ignored (see NOTES.txt).
-    "deprecated-peering-values": {"peering": {"enabled": True, "name": "imagerefresh"}},
     "two-replicas": {"replicaCount": 2},
     "two-replicas-all-namespaces": {"replicaCount": 2, "watch": {"allNamespaces": True}},
     "without-leader-election": {"leaderElection": {"enabled": False}},
     "insecure-registries": {"insecureRegistries": ["127.0.0.1:5000", "mirror.local"]},
-    "rbac-and-service-account-managed-elsewhere": {
+    "rbac-service-account-and-crd-managed-elsewhere": {
         "rbac": {"create": False},
         "serviceAccount": {"create": False, "name": "imagerefresh-operator"},
+        "crds": {"enabled": False},
     },
 }
 
@@ -199,7 +204,9 @@ def names_granted(rules: list[dict[str, Any]], resource: str, verb: str) -> set[
 # -- lint, packaging, the CRD -----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("profile", ["defaults", "policies", "all-namespaces", "monitoring"])
+@pytest.mark.parametrize(
+    "profile", ["defaults", "policies", "all-namespaces", "namespace-pattern", "monitoring"]
+)
 def test_helm_lint_passes_strictly(profile: str) -> None:
     result = helm(
         "lint", str(CHART), "--strict", "--kube-version", KUBE_VERSION, values=PROFILES[profile]
@@ -214,24 +221,68 @@ def test_chart_crd_is_a_relative_symlink_to_the_single_crd_source() -> None:
     assert not link.is_absolute(), "an absolute link breaks in any other checkout"
     assert CHART_CRD.resolve() == CRD_SOURCE.resolve()
     assert sorted(p.name for p in CHART_CRD.parent.iterdir()) == [CRD_SOURCE.name]
+    # Helm installs a crds/ directory once and never upgrades it: the chart has none.
+    assert not (CHART / "crds").exists()
 
 
-def test_rendered_crd_is_the_crd_source_byte_for_byte_in_meaning() -> None:
-    objects = render(include_crds=True)
-    (crd,) = of_kind(objects, "CustomResourceDefinition")
-    assert crd == yaml.safe_load(CRD_SOURCE.read_text())
+def rendered_crd(values: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    found = of_kind(render(values), "CustomResourceDefinition")
+    assert len(found) <= 1
+    return found[0] if found else None
 
 
-def test_packaged_chart_carries_the_crd_file_not_a_link(tmp_path: Path) -> None:
+def test_the_crd_is_a_template_rendering_the_crd_source_kept_on_uninstall() -> None:
+    crd = rendered_crd()
+    assert crd is not None
+    source = yaml.safe_load(CRD_SOURCE.read_text())
+    assert crd["spec"] == source["spec"]
+    assert {k: v for k, v in crd.items() if k != "metadata"} == {
+        k: v for k, v in source.items() if k != "metadata"
+    }
+    assert crd["metadata"]["name"] == source["metadata"]["name"]
+    assert crd["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+    labels = crd["metadata"]["labels"]
+    assert labels["app.kubernetes.io/managed-by"] == "Helm"
+    assert labels["app.kubernetes.io/instance"] == "r"
+    assert labels["app.kubernetes.io/component"] == "crd"
+
+
+def test_crds_keep_false_lets_uninstall_delete_the_crd() -> None:
+    crd = rendered_crd({"crds": {"keep": False}})
+    assert crd is not None
+    assert "helm.sh/resource-policy" not in crd["metadata"].get("annotations", {})
+
+
+def test_crds_disabled_renders_no_crd_and_the_operator_unchanged() -> None:
+    assert rendered_crd({"crds": {"enabled": False}}) is None
+    without = [o for o in render() if o["kind"] != "CustomResourceDefinition"]
+    assert render({"crds": {"enabled": False}}) == without
+
+
+def test_values_without_crds_as_reuse_values_carries_them_from_an_older_release_keep_defaults() -> (
+    None
+):
+    # `helm upgrade --reuse-values` uses the previous chart's values, which had no crds.*.
+    assert rendered_crd({"crds": None}) == rendered_crd()
+
+
+def test_packaged_chart_carries_the_crd_file_not_a_link_and_no_crds_directory(
+    tmp_path: Path,
+) -> None:
     result = helm("package", str(CHART), "--destination", str(tmp_path))
     assert result.returncode == 0, result.stderr
     (archive,) = tmp_path.glob("imagerefresh-*.tgz")
     with tarfile.open(archive) as tar:
-        member = tar.getmember(f"imagerefresh/crds/{CRD_SOURCE.name}")
+        member = tar.getmember(f"imagerefresh/files/{CRD_SOURCE.name}")
         assert member.isfile()
         extracted = tar.extractfile(member)
         assert extracted is not None
         assert extracted.read() == CRD_SOURCE.read_bytes()
+        assert not [n for n in tar.getnames() if n.startswith("imagerefresh/crds/")]
+    # And the packaged chart renders the same CRD as the directory.
+    packaged = helm("template", "r", str(archive), "--kube-version", KUBE_VERSION)
+    assert packaged.returncode == 0, packaged.stderr
+    assert of_kind(packaged.objects, "CustomResourceDefinition") == [rendered_crd()]
 
 
 def test_chart_app_version_is_the_package_version() -> None:
@@ -248,7 +299,13 @@ def test_chart_app_version_is_the_package_version() -> None:
 def test_defaults_render_one_hardened_guaranteed_operator_watching_the_release_namespace() -> None:
     objects = render()
     assert Counter(o["kind"] for o in objects) == Counter(
-        {"ServiceAccount": 1, "Role": 2, "RoleBinding": 2, "Deployment": 1}
+        {
+            "CustomResourceDefinition": 1,
+            "ServiceAccount": 1,
+            "Role": 2,
+            "RoleBinding": 2,
+            "Deployment": 1,
+        }
     )
     deployment = only(objects, "Deployment")
     assert deployment["spec"]["replicas"] == 1
@@ -386,8 +443,6 @@ def test_rendered_args_and_env_are_accepted_by_the_real_command_line(
         assert ctx.params["scanning"] is False
         elect = PROFILES[profile].get("leaderElection", {}).get("enabled", True)
         assert ctx.params["leader_elect"] is elect
-        assert ctx.params["peering_name"] is None  # kopf peering is gone, whatever the values
-        assert ctx.params["standalone"] is False
     env = {e["name"]: e["value"] for e in c["env"] if "value" in e}
     for name in (LOG_LEVEL_ENV, LOG_FORMAT_ENV):
         monkeypatch.setenv(name, env[name])
@@ -568,6 +623,76 @@ def test_all_namespaces_with_policies_keeps_workload_access_namespaced_and_named
     assert names_granted(home, "apps.deployments", "patch") == {"jobs-manager", "requests-proxy"}
 
 
+def test_a_namespace_pattern_grants_policy_rules_cluster_wide_as_the_operator_watches_them() -> (
+    None
+):
+    values = PROFILES["namespace-pattern"]
+    objects = render(values)
+    rules = only(objects, "ClusterRole")["rules"]
+    for verb in ("get", "list", "watch"):
+        assert grants(rules, "images.tracebloc.io.imagerefreshpolicies", verb)
+    assert grants(rules, "images.tracebloc.io.imagerefreshpolicies/status", "update")
+    assert grants(rules, "events", "create")
+    # No policy names the targets: they may be in any namespace the pattern serves.
+    assert names_granted(rules, "apps.deployments", "patch") is None
+    assert not operator_roles(objects)  # the Lease's Role only
+    args = operator_container(objects)["args"]
+    namespaces = tuple(a.removeprefix("--namespace=") for a in args if a.startswith("--namespace="))
+    assert namespaces == ("edge-*, !edge-test-*", "tracebloc")
+    scope = NamespaceScope.of(namespaces)
+    assert scope.clusterwide
+    assert scope.serves("edge-berlin")
+    assert not scope.serves("edge-test-1")
+
+
+def test_a_namespace_pattern_with_policies_keeps_workload_access_namespaced_and_named() -> None:
+    objects = render(PROFILES["namespace-pattern-with-policies"])
+    cluster_rules = only(objects, "ClusterRole")["rules"]
+    assert grants(cluster_rules, "images.tracebloc.io.imagerefreshpolicies", "watch")
+    assert not [r for r in cluster_rules if r["apiGroups"] == ["apps"]]
+    assert not grants(cluster_rules, "pods", "list")
+    home = rules_of(objects, "Role", "tracebloc")
+    assert names_granted(home, "apps.deployments", "patch") == {"jobs-manager", "requests-proxy"}
+    assert not grants(home, "images.tracebloc.io.imagerefreshpolicies", "watch")
+
+
+def test_pull_secret_names_with_a_namespace_pattern_and_no_policies_are_refused() -> None:
+    error = render_error(
+        {"watch": {"namespaces": ["edge-*"]}, "rbac": {"pullSecrets": {"names": ["regcred"]}}}
+    )
+    assert "never grants Secrets cluster-wide" in error
+
+
+SERVED = [
+    ("edge-*", "edge-berlin"),
+    ("edge-*", "edge"),
+    ("edge-*", "tracebloc"),
+    ("edge-?", "edge-1"),
+    ("edge-?", "edge-12"),
+    ("*, !kube-*", "tracebloc"),
+    ("*, !kube-*", "kube-system"),
+    ("!kube-*", "tracebloc"),
+    ("edge-*, !*-test, *-test-keep", "edge-a-test"),
+    ("edge-*, !*-test, edge-b-*", "edge-b-test"),
+    ("edge-*, *-test", "other-test"),
+    ("tracebloc", "tracebloc"),
+    ("tracebloc", "tracebloc-node-agents"),
+]
+
+
+@pytest.mark.parametrize(("pattern", "where"), SERVED)
+def test_the_chart_accepts_a_policy_in_a_namespace_exactly_when_the_operator_serves_it(
+    pattern: str, where: str
+) -> None:
+    policy = control_plane_policy(namespace=where)
+    policy["spec"] = {"targets": policy["spec"]["targets"][:1]}  # in its own namespace
+    values = {"watch": {"namespaces": [pattern]}, "policies": [policy]}
+    if NamespaceScope.of([pattern]).serves(where):
+        assert only(render(values), "ImageRefreshPolicy")["metadata"]["namespace"] == where
+    else:
+        assert "which the operator does not watch" in render_error(values)
+
+
 def leader_election_rules(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
     roles = [
         r for r in of_kind(objects, "Role") if r["metadata"]["name"].endswith(LEADER_ELECTION_ROLE)
@@ -613,16 +738,6 @@ def test_without_leader_election_one_replica_recreated_and_no_lease_access() -> 
     assert leader_election_rules(objects) == []
     refused = render_error({"leaderElection": {"enabled": False}, "replicaCount": 2})
     assert "replicaCount above 1 needs leaderElection.enabled" in refused
-
-
-def test_deprecated_peering_values_still_render_without_any_peering_object_or_right() -> None:
-    objects = render(PROFILES["deprecated-peering-values"])
-    assert not [o for o in objects if o["apiVersion"].startswith("kopf.dev")]
-    rules = [r for o in of_kind(objects, "Role") for r in o["rules"]]
-    assert not [r for r in rules if "kopf.dev" in r["apiGroups"]]
-    args = operator_container(objects)["args"]
-    assert "--leader-elect" in args
-    assert not [a for a in args if a.startswith(("--peering", "--standalone", "--priority"))]
 
 
 # -- invariants over every profile ----------------------------------------------------------
@@ -688,10 +803,14 @@ def test_rbac_is_least_privilege_in_every_profile(profile: str) -> None:
                 assert sorted(rule["resourceNames"]) == sorted(names), rule
             if "events" in resources:
                 assert verbs == {"create"}, rule
+            if "imagerefreshpolicies" in resources:
+                # Read-only: kopf stores nothing on the policies it watches for the operator.
+                assert verbs == {"get", "list", "watch"}, rule
             if "imagerefreshpolicies/status" in resources:
                 assert verbs == {"update"}, rule
             assert not resources & {"customresourcedefinitions", "namespaces", "nodes"}, rule
-    if not values.get("watch", {}).get("allNamespaces"):
+    watch = values.get("watch", {})
+    if not watch.get("allNamespaces") and not any(map(is_pattern, watch.get("namespaces", []))):
         assert not of_kind(objects, "ClusterRole")
         assert not of_kind(objects, "ClusterRoleBinding")
     for binding in of_kind(objects, "RoleBinding") + of_kind(objects, "ClusterRoleBinding"):
@@ -807,8 +926,8 @@ def test_operator_alerts_follow_the_operator_selector_severity_and_for_values() 
     assert alerts["ImageRefreshTargetFrozen"]["labels"]["severity"] == "warning"
 
 
-def test_rbac_and_service_account_can_be_left_to_the_cluster_admin() -> None:
-    objects = render(PROFILES["rbac-and-service-account-managed-elsewhere"])
+def test_rbac_service_account_and_crd_can_be_left_to_the_cluster_admin() -> None:
+    objects = render(PROFILES["rbac-service-account-and-crd-managed-elsewhere"])
     assert {o["kind"] for o in objects} == {"Deployment"}
     pod = only(objects, "Deployment")["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == "imagerefresh-operator"
@@ -826,15 +945,19 @@ def test_monitoring_is_off_by_default() -> None:
     ("values", "message"),
     [
         ({"bogus": True}, "additional properties 'bogus' not allowed"),
+        ({"crds": {"enabled": "yes"}}, "/crds/enabled"),
+        ({"crds": {"install": True}}, "additional properties 'install' not allowed"),
         ({"replicaCount": "1"}, "/replicaCount"),
         ({"replicaCount": 3}, "/replicaCount"),
         ({"leaderElection": {"id": "Not_A_Name"}}, "/leaderElection/id"),
-        ({"peering": {"enabled": True, "priority": 5}}, "additional properties 'priority'"),
+        # kopf peering is gone: leaderElection is how replicas share the work.
+        ({"peering": {"enabled": True}}, "additional properties 'peering' not allowed"),
         ({"ports": {"metrics": -1, "liveness": 8080}}, "/ports/metrics"),
         ({"ports": {"metrics": 70000, "liveness": 8080}}, "/ports/metrics"),
         ({"image": {"repository": "r.example/op", "digest": "sha256:abc"}}, "/image/digest"),
         ({"image": {"repository": "r.example/op:1.0"}}, "/image/repository"),
-        ({"watch": {"namespaces": ["irp-*"]}}, "/watch/namespaces/0"),
+        ({"watch": {"namespaces": ["Edge_*"]}}, "/watch/namespaces/0"),
+        ({"watch": {"namespaces": ["edge-[0-9]"]}}, "/watch/namespaces/0"),
         ({"watch": {"allNamespaces": "yes"}}, "/watch/allNamespaces"),
         ({"resources": {"cpu": "0", "memory": "128Mi"}}, "/resources/cpu"),
         ({"resources": {"cpu": "100m", "memory": "lots"}}, "/resources/memory"),

@@ -32,7 +32,15 @@ import httpx
 import pytest
 
 from support.cluster_env import Cluster, eventually
-from support.helm_env import CHART, KWOK_SCHEDULING, helm, only, operator_container, render
+from support.helm_env import (
+    CHART,
+    CRD_FROM_THE_TESTS,
+    KWOK_SCHEDULING,
+    helm,
+    only,
+    operator_container,
+    render,
+)
 from support.operator_env import Operator
 from support.podman_env import PODMAN_RUN, podman
 from support.registry_env import ImagePusher, free_port
@@ -40,7 +48,11 @@ from support.scenario import deployment
 
 # Two start-ups at the chart's 100m cpu limit, a helm install and a rollout: on a loaded
 # 2-core machine this outgrows the suite's 300 s default, which stays for every other test.
-pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.timeout(600),
+    pytest.mark.usefixtures("crd_installed"),
+]
 
 RELEASE = "img"
 FULLNAME = f"{RELEASE}-imagerefresh"
@@ -227,6 +239,7 @@ def containers() -> Iterator[list[Container]]:
 def values(registry: str, namespace: str, tag: str) -> dict[str, Any]:
     return {
         **KWOK_SCHEDULING,
+        **CRD_FROM_THE_TESTS,
         "insecureRegistries": [registry],
         "resolutionWindow": 0,
         "ports": {"metrics": free_port(), "liveness": free_port()},

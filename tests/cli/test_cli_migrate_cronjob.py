@@ -17,7 +17,7 @@ import yaml
 
 from support.cluster_env import Cluster, eventually
 from support.edge import Edge
-from support.helm_env import CHART, helm
+from support.helm_env import CHART, CRD_FROM_THE_TESTS, helm
 from support.operator_env import IMAGEREFRESH, Operator
 from support.registry_env import ImagePusher
 
@@ -232,7 +232,7 @@ def test_an_edge_switches_with_one_command_and_the_operator_adopts_it_without_a_
         str(CHART),
         "--namespace",
         ns,
-        values={**values, "replicaCount": 0},
+        values={**values, **CRD_FROM_THE_TESTS, "replicaCount": 0},
         env=cluster.env,
     )
     assert adopted.returncode == 0, adopted.stderr

@@ -74,3 +74,11 @@ def test_a_lease_duration_that_is_not_whole_seconds_is_a_usage_error_saying_why(
         f"Error: leader election timings: the lease duration must be a whole number of seconds "
         f"(got {float(duration)}): a Lease stores leaseDurationSeconds as an integer"
     )
+
+
+@pytest.mark.parametrize("option", ["--peering=imagerefresh", "--priority=10", "--standalone"])
+def test_kopf_peering_options_are_not_options_of_run(option: str) -> None:
+    # Leader election on a Lease is the only way several replicas share the work.
+    result = CliRunner().invoke(main, ["run", "--namespace", "tracebloc", option])
+    assert result.exit_code == 2
+    assert "No such option" in result.output

@@ -1,25 +1,28 @@
 """The CRD in crds/ and the pydantic models describe the same API — and the API server agrees.
 
 The static half walks both schemas field by field (names, required, types, bounds, patterns,
-enums, defaults) so neither can drift alone. The cluster half applies the CRD to the real API
-server: the defaults it fills are the models' defaults, every malformed input SPEC §3 lists is
-rejected at admission, and the printer columns are served.
+enums, defaults; for status, names, types and enums) so neither can drift alone, and checks that
+the CRD describes every field: its descriptions are the one place a field's meaning is written
+for users. The cluster half applies the CRD to the real API server: the defaults it fills are
+the models' defaults, every malformed input SPEC §3 lists is rejected at admission, the printer
+columns are served, and `kubectl explain` answers for every field.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from imagerefresh.models import PolicySpec, PolicyStatus, parse_duration
+from imagerefresh.models import Phase, PolicySpec, PolicyStatus, parse_duration
 from imagerefresh.models.policy import ContainerSpec, PullBudgetSpec, TargetSpec
 
-from support.cluster_env import Cluster, KubectlError
+from support.cluster_env import Cluster, KubectlError, eventually
 
 CRD_PATH = (
     Path(__file__).resolve().parents[2] / "crds" / "imagerefreshpolicies.images.tracebloc.io.yaml"
@@ -65,20 +68,65 @@ def test_spec_schema_fields_types_and_bounds_agree_with_the_models() -> None:
     _compare(model, SCHEMA["properties"]["spec"], model["$defs"], "spec")
 
 
-def test_status_schema_fields_agree_with_the_models() -> None:
+def _compare_status(
+    model: dict[str, Any], crd: dict[str, Any], defs: dict[str, Any], path: str
+) -> None:
+    """Names, types and enums. Status carries few admission bounds: anything the operator
+    reads back is untrusted and checked by the models, which fail closed on it."""
+    assert set(model["properties"]) == set(crd["properties"]), path
+    for name, crd_field in crd["properties"].items():
+        model_field = _resolve(model["properties"][name], defs)
+        where = f"{path}.{name}"
+        assert model_field["type"] == crd_field["type"], where
+        assert model_field.get("enum") == crd_field.get("enum"), f"{where}: enum"
+        is_time = {f.get("format") == "date-time" for f in (model_field, crd_field)}
+        assert len(is_time) == 1, f"{where}: date-time"
+        if crd_field["type"] == "object" and "properties" in crd_field:
+            _compare_status(model_field, crd_field, defs, where)
+        elif crd_field["type"] == "object":  # a map: container name -> image
+            values = _resolve(model_field["additionalProperties"], defs)
+            assert values["type"] == crd_field["additionalProperties"]["type"], f"{where}{{}}"
+        elif crd_field["type"] == "array" and "properties" in crd_field["items"]:
+            _compare_status(_resolve(model_field["items"], defs), crd_field["items"], defs, where)
+        elif crd_field["type"] == "array":
+            assert _resolve(model_field["items"], defs)["type"] == crd_field["items"]["type"], where
+
+
+def test_status_schema_fields_types_and_enums_agree_with_the_models() -> None:
     model = PolicyStatus.model_json_schema(by_alias=True)
-    crd = SCHEMA["properties"]["status"]
+    _compare_status(model, SCHEMA["properties"]["status"], model["$defs"], "status")
 
-    def names(m: dict[str, Any], c: dict[str, Any], path: str) -> None:
-        assert set(m["properties"]) == set(c["properties"]), path
-        for name, c_field in c["properties"].items():
-            m_field = _resolve(m["properties"][name], model["$defs"])
-            if c_field.get("type") == "object" and "properties" in c_field:
-                names(m_field, c_field, f"{path}.{name}")
-            if c_field.get("type") == "array" and "properties" in c_field["items"]:
-                names(_resolve(m_field["items"], model["$defs"]), c_field["items"], path + name)
 
-    names(model, crd, "status")
+def test_phases_are_enumerated_worst_first_as_the_models_order_them() -> None:
+    status = SCHEMA["properties"]["status"]["properties"]
+    phases = [str(phase) for phase in Phase]
+    assert status["phase"]["enum"] == phases
+    assert status["targets"]["items"]["properties"]["phase"]["enum"] == phases
+
+
+def _properties(schema: dict[str, Any], path: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every property under ``schema``, nested objects and array items included, by path."""
+    for name, field in schema.get("properties", {}).items():
+        yield f"{path}.{name}", field
+        yield from _properties(field, f"{path}.{name}")
+        if "items" in field:
+            yield from _properties(field["items"], f"{path}.{name}")
+
+
+# ObjectMeta is described by the API server itself.
+DESCRIBED_ELSEWHERE = {".metadata"}
+
+
+def test_every_field_of_spec_and_status_has_a_description() -> None:
+    fields = dict(_properties(SCHEMA, ""))
+    assert len([p for p in fields if p.startswith(".status.")]) > 50  # nested ones included
+    undescribed = [
+        path
+        for path, field in fields.items()
+        if path not in DESCRIBED_ELSEWHERE and not str(field.get("description", "")).strip()
+    ]
+    assert undescribed == []
+    assert SCHEMA["description"].strip()
 
 
 @pytest.mark.parametrize(
@@ -211,6 +259,62 @@ def test_printer_columns_and_short_name_are_served(crd: Cluster, namespace: str)
     crd.apply(policy_object("columns", MINIMAL), namespace=namespace)
     table = crd.kubectl("get", "irp", "-n", namespace).stdout
     assert table.split()[:6] == ["NAME", "TARGETS", "READY", "PHASE", "LAST", "REFRESH"]
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _explained_fields(explanation: str) -> dict[str, str]:
+    """`kubectl explain`'s FIELDS section: each child field's name to its description, as one
+    line. A description (wrapped) is indented deeper than its field's line; lines indented as
+    the field's (`enum: …`) say more about the type."""
+    _, _, fields = explanation.partition("\nFIELDS:\n")
+    found: dict[str, str] = {}
+    for block in re.split(r"\n\s*\n", fields):
+        lines = block.strip("\n").splitlines()
+        if not lines or not lines[0].startswith(" "):
+            continue
+        indent = len(lines[0]) - len(lines[0].lstrip())
+        described = [line for line in lines[1:] if len(line) - len(line.lstrip()) > indent]
+        found[lines[0].split()[0]] = _flat(" ".join(described))
+    return found
+
+
+def _objects_with_fields(schema: dict[str, Any], path: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Each object (or array of objects) with named fields, as a `kubectl explain` path."""
+    if "properties" in schema:
+        yield path, schema
+    for name, field in schema.get("properties", {}).items():
+        yield from _objects_with_fields(field.get("items", field), f"{path}.{name}")
+
+
+def _explain(cluster: Cluster, path: str, *flags: str) -> str:
+    return cluster.kubectl("explain", f"imagerefreshpolicies.{path}", *flags).stdout
+
+
+@pytest.mark.parametrize("part", ["spec", "status"])
+def test_kubectl_explain_describes_every_field_as_the_crd_does(crd: Cluster, part: str) -> None:
+    """What a user reads on the real API server: `kubectl explain irp.<field>` lists every
+    child field with the CRD's description."""
+    # The API server publishes a CRD's OpenAPI a moment after the CRD changes.
+    described = _flat(SCHEMA["properties"][part]["description"])[:60]
+    eventually(
+        lambda: described in _flat(_explain(crd, part)),
+        timeout=30,
+        what=f"the CRD's {part} descriptions to be published",
+    )
+    recursive = _explain(crd, part, "--recursive")
+    objects = list(_objects_with_fields(SCHEMA["properties"][part], part))
+    for _, schema in objects:
+        for name in schema["properties"]:
+            assert re.search(rf"^\s+{name}\s+<", recursive, re.M), f"{part}: {name}"
+    for path, schema in objects:
+        explained = _explained_fields(_explain(crd, path))
+        assert set(explained) == set(schema["properties"]), path
+        for name, field in schema["properties"].items():
+            written = _flat(field["description"])[:60]
+            assert explained[name].startswith(written), f"{path}.{name}: {explained[name]}"
 
 
 # --- admission rules the models share (CEL) ------------------------------------------------

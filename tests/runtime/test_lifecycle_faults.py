@@ -254,8 +254,12 @@ async def test_an_unreadable_status_fails_closed_until_a_reset_rebuilds_it(
                 "lastTransitionTime": "2026-01-01T00:00:00Z",
             }
         ],
-        "targets": [{"kind": "Deployment", "namespace": ns, "name": "app", "phase": "Bogus"}],
-    }
+        # Admitted by the CRD (which bounds phases, not counts), refused by the models.
+        "targets": [
+            {"kind": "Deployment", "namespace": ns, "name": "app", "phase": "Current",
+             "refreshAttempts": -1}
+        ],
+    }  # fmt: skip
     _forge_status(cluster, ns, forged)
     for _ in range(2):  # the second tick writes nothing: the condition is already there
         assert await ticker.tick(ns, POLICY) is None

@@ -664,37 +664,3 @@ def test_a_refresh_still_unsettled_at_rollout_timeout_fails_and_is_rolled_back(
         timeout=30,
         what="the rollback to the images the refresh replaced",
     )
-
-
-def test_the_deprecated_peering_options_are_ignored_with_a_warning_and_the_operator_acts(
-    operator: Operator,
-    cluster: Cluster,
-    pusher: ImagePusher,
-    policy_namespace: str,
-) -> None:
-    # kopf peering is gone; an older manifest's options must neither fail the start nor make
-    # kopf pause its watches waiting for peering CRDs that no longer exist.
-    ns, reg = policy_namespace, operator.registry
-    pusher.push(f"{ns}/app", "prod", seed="peer")
-    operator.stop()
-    plain = operator.extra_args
-    operator.extra_args = (*plain, "--peering", "imagerefresh", "--priority", "10", "--standalone")
-    try:
-        operator.start()
-        tag = f"{reg}/{ns}/app:prod"
-        cluster.apply(deployment("app", {"app": tag}, replicas=1), namespace=ns)
-        cluster.apply(policy("control-plane", target("app", app=tag)), namespace=ns)
-        operator.wait_first_tick(ns, "control-plane")
-        assert target_status(cluster, ns, "app")["phase"] in ("Refreshing", "Current")
-        event_reasons(cluster, ns, "app", "Refreshing")  # it acted: no watch was paused
-        warning = next(
-            json.loads(line)
-            for line in operator.log().splitlines()
-            if "deprecated options ignored" in line
-        )
-        assert warning["options"] == ["--peering", "--standalone", "--priority"]
-        assert operator.metric("imagerefresh_leader") == 1  # without --leader-elect: it leads
-    finally:
-        operator.stop()
-        operator.extra_args = plain
-        operator.start()

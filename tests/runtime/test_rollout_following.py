@@ -30,7 +30,6 @@ from support.scenario import (
 
 pytestmark = pytest.mark.cluster
 
-LEGACY_FINALIZER = "images.tracebloc.io/finalizer"
 # Far above any single test: a verdict must not be able to wait for an interval tick.
 VERDICT_TIMEOUT = 120
 
@@ -191,7 +190,7 @@ def test_the_same_daemonset_stalled_fails_after_rollout_timeout_without_progress
     assert interval_ticks(operator, ns) == 1
 
 
-def test_policies_are_deleted_at_once_with_the_operator_stopped_and_a_left_finalizer_is_removed(
+def test_policies_carry_no_finalizer_and_are_deleted_at_once_with_the_operator_stopped(
     operator: Operator, cluster: Cluster, pusher: ImagePusher, policy_namespace: str
 ) -> None:
     ns, reg = policy_namespace, operator.registry
@@ -201,32 +200,12 @@ def test_policies_are_deleted_at_once_with_the_operator_stopped_and_a_left_final
     cluster.apply(policy("control-plane", target("app", app=tag)), namespace=ns)
     operator.wait_first_tick(ns, "control-plane")
     assert not cluster.get("irp", "control-plane", "-n", ns)["metadata"].get("finalizers")
-
-    # An earlier version's policies carry its finalizer; one is deleted while no operator runs.
-    stranded = policy("stranded", target("app", app=tag))
-    stranded["metadata"]["finalizers"] = [LEGACY_FINALIZER]
-    kept = policy("kept", target("app", app=tag), suspend=True)
-    kept["metadata"]["finalizers"] = [LEGACY_FINALIZER]
     operator.stop()
     try:
-        cluster.apply(stranded, kept, namespace=ns)
-        # Ours goes at once although the operator is stopped: nothing of ours holds it.
+        # Nothing of ours holds it: it goes at once although no operator runs.
         cluster.kubectl("delete", "irp", "control-plane", "-n", ns, "--timeout=20s")
-        cluster.kubectl("delete", "irp", "stranded", "-n", ns, "--wait=false")
-        assert cluster.get("irp", "stranded", "-n", ns)["metadata"].get("deletionTimestamp")
     finally:
         operator.start()
-    # The upgraded operator lets the stranded one go and takes the finalizer off the other.
-    eventually(
-        lambda: cluster.kubectl("get", "irp", "stranded", "-n", ns, check=False).returncode != 0,
-        timeout=30,
-        what="the stranded policy to be deleted",
-    )
-    eventually(
-        lambda: not cluster.get("irp", "kept", "-n", ns)["metadata"].get("finalizers"),
-        timeout=30,
-        what="the left finalizer to be removed",
-    )
 
 
 def test_a_rollback_an_admission_policy_refuses_is_sent_again_backing_off_not_every_period(

@@ -30,6 +30,12 @@ KUBE_VERSION = "1.37.2"
 RELEASE = "r"
 RELEASE_NAMESPACE = "tracebloc"
 
+# The test cluster's CRD is the one the `crd_installed` fixture applies (kubectl, no Helm
+# ownership), shared by every test: a release rendering it too could not adopt it ("invalid
+# ownership metadata"), and one CRD can belong to one release only. Only the upgrade test
+# (tests/chart/test_chart_upgrade.py) lets a release own it, as a user's release does.
+CRD_FROM_THE_TESTS: dict[str, Any] = {"crds": {"enabled": False}}
+
 # kwok's fake nodes take pods that tolerate their taint and select their label.
 KWOK_SCHEDULING: dict[str, Any] = {
     "nodeSelector": {"type": "kwok"},
@@ -98,7 +104,7 @@ def helm(
         )
     finally:
         os.unlink(values_file)
-    # helm warns on stderr that it followed chart/crds' symlink; that is expected, not an error.
+    # helm warns on stderr that it followed chart/files' symlink; that is expected, not an error.
     return HelmResult(proc.returncode, proc.stdout, proc.stderr)
 
 
@@ -107,10 +113,8 @@ def render(
     *,
     namespace: str = RELEASE_NAMESPACE,
     release: str = RELEASE,
-    include_crds: bool = False,
 ) -> list[dict[str, Any]]:
     """`helm template` the chart; its objects, parsed. A failed render fails the test."""
-    extra = ["--include-crds"] if include_crds else []
     result = helm(
         "template",
         release,
@@ -119,7 +123,6 @@ def render(
         namespace,
         "--kube-version",
         KUBE_VERSION,
-        *extra,
         values=values,
     )
     if result.returncode != 0:

@@ -452,21 +452,6 @@ class KubeApi:
             content_type=MERGE_PATCH,
         )
 
-    def remove_policy_finalizer(
-        self, namespace: str, name: str, index: int, finalizer: str
-    ) -> None:
-        """Remove one finalizer from the policy, only if it is still at ``index`` (a JSON
-        patch whose ``test`` fails, 409/422, when someone changed the list meanwhile)."""
-        path = f"/metadata/finalizers/{index}"
-        self._request(
-            f"remove finalizer {finalizer} from {POLICY_KIND} {namespace}/{name}",
-            "PATCH",
-            _policy_path(namespace, name),
-            query=[("fieldManager", FIELD_MANAGER)],
-            body=[{"op": "test", "path": path, "value": finalizer}, {"op": "remove", "path": path}],
-            content_type=JSON_PATCH,
-        )
-
     # -- listing, for `imagerefresh audit` ---------------------------------------------------
 
     def list_workloads(self, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:

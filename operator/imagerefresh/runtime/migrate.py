@@ -248,9 +248,9 @@ class Migrator:
             created = self.api.create_policy(policy)
         except NotFound as error:
             raise MigrationRefused(
-                f"{error}: the ImageRefreshPolicy CRD is not installed; apply it first (kubectl "
-                "apply --server-side -f crds/imagerefreshpolicies.images.tracebloc.io.yaml) and "
-                "run --apply again"
+                f"{error}: the ImageRefreshPolicy CRD is not installed; install the operator's "
+                f"chart first (helm install {self.helm_release} CHART --namespace "
+                f"{self.namespace}, which installs the CRD) and run --apply again"
             ) from error
         self.say(
             f"created ImageRefreshPolicy {self.namespace}/{self.policy}, suspended until its "
