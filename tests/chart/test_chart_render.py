@@ -21,6 +21,7 @@ from imagerefresh.cli import LOG_FORMAT_ENV, LOG_LEVEL_ENV, main
 from imagerefresh.cli import run as run_command
 from imagerefresh.metrics import Metrics
 
+from support.docs import DOCS, anchors
 from support.helm_env import (
     CHART,
     KUBE_VERSION,
@@ -807,6 +808,33 @@ def test_operator_alerts_follow_the_operator_selector_severity_and_for_values() 
     assert alerts["ImageRefreshTargetFrozen"]["labels"]["severity"] == "warning"
 
 
+def test_every_alert_links_its_runbook_section_of_the_troubleshooting_docs() -> None:
+    rule = only(render(PROFILES["monitoring"]), "PrometheusRule")
+    alerts = [r for group in rule["spec"]["groups"] for r in group["rules"]]
+    base = "https://github.com/tracebloc/imagerefresh/blob/main/docs/troubleshooting.md#"
+    sections = anchors(DOCS / "troubleshooting.md")
+    for alert in alerts:
+        url = alert["annotations"]["runbook_url"]
+        assert url.startswith(base), (alert["alert"], url)
+        assert url.removeprefix(base) in sections, (alert["alert"], url)
+
+
+def test_runbook_urls_follow_the_base_url_value_and_go_when_it_is_empty() -> None:
+    def runbooks(base: str) -> set[str | None]:
+        values = {"metrics": {"prometheusRule": {"enabled": True, "runbookBaseURL": base}}}
+        rule = only(render(values), "PrometheusRule")
+        return {
+            r["annotations"].get("runbook_url")
+            for group in rule["spec"]["groups"]
+            for r in group["rules"]
+        }
+
+    mirrored = runbooks("https://docs.internal.example/imagerefresh/0.1.0/")
+    assert "https://docs.internal.example/imagerefresh/0.1.0/troubleshooting.md#locked" in mirrored
+    assert all(url and url.startswith("https://docs.internal.example/") for url in mirrored)
+    assert runbooks("") == {None}
+
+
 def test_rbac_and_service_account_can_be_left_to_the_cluster_admin() -> None:
     objects = render(PROFILES["rbac-and-service-account-managed-elsewhere"])
     assert {o["kind"] for o in objects} == {"Deployment"}
@@ -884,6 +912,11 @@ def test_monitoring_is_off_by_default() -> None:
         (
             {"metrics": {"prometheusRule": {"restartsAtLeast": 0}}},
             "/metrics/prometheusRule/restartsAtLeast",
+        ),
+        # A runbook base is a URL: a template brace or a space would break every annotation.
+        (
+            {"metrics": {"prometheusRule": {"runbookBaseURL": "docs/{{ .x }}"}}},
+            "/metrics/prometheusRule/runbookBaseURL",
         ),
     ],
     ids=lambda v: v if isinstance(v, str) else None,
