@@ -12,6 +12,7 @@ reference is read as tables (tests/support/docs.py): a name in a sentence docume
 
 from __future__ import annotations
 
+import ast
 import importlib
 import pkgutil
 import re
@@ -340,6 +341,15 @@ def test_no_user_facing_text_cites_documents_a_user_does_not_have() -> None:
     assert not cited, f"these cite the design spec or context documents: {cited}"
     for text in _help_texts(main, click.Context(main, info_name="imagerefresh")):
         assert not _CITATION.search(text), text
+
+
+def test_no_message_of_the_operator_cites_documents_a_user_does_not_have() -> None:
+    # Every string literal of the package: messages, help, events, what migrate-cronjob prints.
+    package = REPO / "operator" / "imagerefresh"
+    for path in sorted(package.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                assert not _CITATION.search(node.value), (str(path.relative_to(REPO)), node.value)
 
 
 # --- the README's policy -------------------------------------------------------------------------
