@@ -763,6 +763,33 @@ def test_prometheus_rule_alerts_on_frozen_locked_rate_limited_and_degraded() -> 
         assert "{{ $labels." in alert["annotations"]["summary"]
 
 
+def test_every_alert_links_its_runbook_section_of_the_troubleshooting_docs() -> None:
+    rule = only(render(PROFILES["monitoring"]), "PrometheusRule")
+    alerts = [r for group in rule["spec"]["groups"] for r in group["rules"]]
+    base = "https://github.com/tracebloc/imagerefresh/blob/main/docs/troubleshooting.md#"
+    sections = anchors(DOCS / "troubleshooting.md")
+    for alert in alerts:
+        url = alert["annotations"]["runbook_url"]
+        assert url.startswith(base), (alert["alert"], url)
+        assert url.removeprefix(base) in sections, (alert["alert"], url)
+
+
+def test_runbook_urls_follow_the_base_url_value_and_go_when_it_is_empty() -> None:
+    def runbooks(base: str) -> set[str | None]:
+        values = {"metrics": {"prometheusRule": {"enabled": True, "runbookBaseURL": base}}}
+        rule = only(render(values), "PrometheusRule")
+        return {
+            r["annotations"].get("runbook_url")
+            for group in rule["spec"]["groups"]
+            for r in group["rules"]
+        }
+
+    mirrored = runbooks("https://docs.internal.example/imagerefresh/0.1.0/")
+    assert "https://docs.internal.example/imagerefresh/0.1.0/troubleshooting.md#locked" in mirrored
+    assert all(url and url.startswith("https://docs.internal.example/") for url in mirrored)
+    assert runbooks("") == {None}
+
+
 # Series a policy owns: forget_policy removes them, and they vanish with the operator.
 PER_POLICY_SERIES = re.compile(
     r"imagerefresh_(target_|policy_|ticks|tick_|last_tick|refreshes|status_writes|ratelimit)"
@@ -806,33 +833,6 @@ def test_operator_alerts_follow_the_operator_selector_severity_and_for_values() 
     assert alerts["ImageRefreshNoLeader"]["labels"]["severity"] == "critical"
     assert alerts["ImageRefreshTargetLocked"]["labels"]["severity"] == "page"
     assert alerts["ImageRefreshTargetFrozen"]["labels"]["severity"] == "warning"
-
-
-def test_every_alert_links_its_runbook_section_of_the_troubleshooting_docs() -> None:
-    rule = only(render(PROFILES["monitoring"]), "PrometheusRule")
-    alerts = [r for group in rule["spec"]["groups"] for r in group["rules"]]
-    base = "https://github.com/tracebloc/imagerefresh/blob/main/docs/troubleshooting.md#"
-    sections = anchors(DOCS / "troubleshooting.md")
-    for alert in alerts:
-        url = alert["annotations"]["runbook_url"]
-        assert url.startswith(base), (alert["alert"], url)
-        assert url.removeprefix(base) in sections, (alert["alert"], url)
-
-
-def test_runbook_urls_follow_the_base_url_value_and_go_when_it_is_empty() -> None:
-    def runbooks(base: str) -> set[str | None]:
-        values = {"metrics": {"prometheusRule": {"enabled": True, "runbookBaseURL": base}}}
-        rule = only(render(values), "PrometheusRule")
-        return {
-            r["annotations"].get("runbook_url")
-            for group in rule["spec"]["groups"]
-            for r in group["rules"]
-        }
-
-    mirrored = runbooks("https://docs.internal.example/imagerefresh/0.1.0/")
-    assert "https://docs.internal.example/imagerefresh/0.1.0/troubleshooting.md#locked" in mirrored
-    assert all(url and url.startswith("https://docs.internal.example/") for url in mirrored)
-    assert runbooks("") == {None}
 
 
 def test_rbac_and_service_account_can_be_left_to_the_cluster_admin() -> None:
