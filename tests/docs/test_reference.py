@@ -214,6 +214,20 @@ def _documented_flags(section: str) -> set[str]:
     return found
 
 
+def _documented_defaults(section: str) -> dict[str, str]:
+    """Each flag of a section's table → the first code span of its default cell."""
+    found = {}
+    for line in section.splitlines():
+        if not line.startswith("| `-"):
+            continue
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        spans = code_spans(cells[1])
+        for flag in code_spans(cells[0]):
+            if spans:
+                found[flag.split()[0]] = spans[0]
+    return found
+
+
 def _cli_sections() -> dict[str, str]:
     text = (DOCS / "cli.md").read_text()
     parts = re.split(r"^## (.+)$", text, flags=re.M)
@@ -232,6 +246,27 @@ def test_every_command_and_flag_is_documented_and_nothing_else() -> None:
         expected = _flags(command) - global_flags
         flags = _documented_flags(sections[f"imagerefresh {name}"])
         assert flags == expected, _differ(f"flags of imagerefresh {name}", expected, flags)
+
+
+def test_every_flags_documented_default_is_its_default() -> None:
+    sections = _cli_sections()
+    for command, section in [
+        (main, sections["Global options"]),
+        *((c, sections[f"imagerefresh {n}"]) for n, c in main.commands.items()),
+    ]:
+        documented = _documented_defaults(section)
+        for param in command.params:
+            default = param.default
+            if not isinstance(param, click.Option) or param.hidden or param.is_flag:
+                continue
+            if isinstance(default, bool) or not isinstance(default, int | float | str):
+                continue  # no default, or one that is said in words
+            written = documented.get(param.opts[0])
+            assert written is not None, (command.name, param.opts[0], default)
+            if isinstance(default, str):
+                assert written == default, (command.name, param.opts[0], written, default)
+            else:
+                assert float(written) == float(default), (command.name, param.opts[0], written)
 
 
 # --- chart values --------------------------------------------------------------------------------
