@@ -96,7 +96,8 @@ DEMO_KUBECONFIG ?=
 demo: setup binaries
 	$(BIN)/python e2e/demo.py $(if $(DEMO_KUBECONFIG),--kubeconfig '$(DEMO_KUBECONFIG)')
 
-# Figures against SPEC §10 on its own local environment (.e2e-bench/); see bench/run.py.
+# The performance figures (docs/contributing/benchmarks.md) on its own local environment
+# (.e2e-bench/); see bench/run.py.
 .PHONY: bench
 bench: setup binaries
 	$(BIN)/python bench/run.py

@@ -410,7 +410,7 @@ class Demo:
         self.cleanups.append(lambda: (operator.terminate(), operator.wait(20), log.close()))
         detail(f"its structured log: {log.name}")
 
-        say("Applying the ImageRefreshPolicy (the README's policy, pointed at the local registry)")
+        say("Applying the ImageRefreshPolicy (the README's, for the demo's workloads and registry)")
         self.create(self.policy(registry))
         status = self.wait("the first tick", lambda s: s.get("phase") == "Current")
         detail(

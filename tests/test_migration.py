@@ -823,7 +823,7 @@ def test_the_refusals_of_a_cronjob_are_whole() -> None:
     assert str(caught.value) == (
         "env IMAGE_TAG of CronJob tracebloc/r-image-refresh is not a literal value (valueFrom): "
         "it cannot be read here; set it as a literal in the edge chart's values, or migrate by "
-        "hand (README: Migrating from the image-refresh CronJob)"
+        "hand (docs/migration.md)"
     )
     env[:] = [e for e in env if e["name"] != "DEPLOYMENT_NAME"]
     env.pop()

@@ -73,7 +73,7 @@ SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/names
 LOG_LEVEL_ENV = "IMAGEREFRESH_LOG_LEVEL"
 LOG_FORMAT_ENV = "IMAGEREFRESH_LOG_FORMAT"
 
-# Exit statuses (each command's --help lists its own; the README's "Exit statuses" too).
+# Exit statuses (each command's --help lists its own; so does docs/cli.md).
 FAILED_EXIT = 1  # click.ClickException's own
 USAGE_EXIT = 2  # click.UsageError's own
 AUDIT_FINDINGS_EXIT = 1  # for CI, as `kubectl diff` does: 1 means "found something"

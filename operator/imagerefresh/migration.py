@@ -170,7 +170,7 @@ def _env(container: Mapping[str, Any], cronjob: str) -> dict[str, str]:
             raise MigrationRefused(
                 f"env {name} of CronJob {cronjob} is not a literal value (valueFrom): it cannot "
                 f"be read here; set it as a literal in the edge chart's values, or migrate by "
-                "hand (README: Migrating from the image-refresh CronJob)"
+                "hand (docs/migration.md)"
             )
         value = _text(entry["value"])
         if value is None:

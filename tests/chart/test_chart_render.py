@@ -22,6 +22,7 @@ from imagerefresh.cli import run as run_command
 from imagerefresh.kube.namespaces import NamespaceScope, is_pattern
 from imagerefresh.metrics import Metrics
 
+from support.docs import DOCS, anchors
 from support.helm_env import (
     CHART,
     KUBE_VERSION,
@@ -881,6 +882,33 @@ def test_prometheus_rule_alerts_on_frozen_locked_rate_limited_and_degraded() -> 
         assert "{{ $labels." in alert["annotations"]["summary"]
 
 
+def test_every_alert_links_its_runbook_section_of_the_troubleshooting_docs() -> None:
+    rule = only(render(PROFILES["monitoring"]), "PrometheusRule")
+    alerts = [r for group in rule["spec"]["groups"] for r in group["rules"]]
+    base = "https://github.com/tracebloc/imagerefresh/blob/main/docs/troubleshooting.md#"
+    sections = anchors(DOCS / "troubleshooting.md")
+    for alert in alerts:
+        url = alert["annotations"]["runbook_url"]
+        assert url.startswith(base), (alert["alert"], url)
+        assert url.removeprefix(base) in sections, (alert["alert"], url)
+
+
+def test_runbook_urls_follow_the_base_url_value_and_go_when_it_is_empty() -> None:
+    def runbooks(base: str) -> set[str | None]:
+        values = {"metrics": {"prometheusRule": {"enabled": True, "runbookBaseURL": base}}}
+        rule = only(render(values), "PrometheusRule")
+        return {
+            r["annotations"].get("runbook_url")
+            for group in rule["spec"]["groups"]
+            for r in group["rules"]
+        }
+
+    mirrored = runbooks("https://docs.internal.example/imagerefresh/0.1.0/")
+    assert "https://docs.internal.example/imagerefresh/0.1.0/troubleshooting.md#locked" in mirrored
+    assert all(url and url.startswith("https://docs.internal.example/") for url in mirrored)
+    assert runbooks("") == {None}
+
+
 # Series a policy owns: forget_policy removes them, and they vanish with the operator.
 PER_POLICY_SERIES = re.compile(
     r"imagerefresh_(target_|policy_|ticks|tick_|last_tick|refreshes|status_writes|ratelimit)"
@@ -1007,6 +1035,11 @@ def test_monitoring_is_off_by_default() -> None:
         (
             {"metrics": {"prometheusRule": {"restartsAtLeast": 0}}},
             "/metrics/prometheusRule/restartsAtLeast",
+        ),
+        # A runbook base is a URL: a template brace or a space would break every annotation.
+        (
+            {"metrics": {"prometheusRule": {"runbookBaseURL": "docs/{{ .x }}"}}},
+            "/metrics/prometheusRule/runbookBaseURL",
         ),
     ],
     ids=lambda v: v if isinstance(v, str) else None,

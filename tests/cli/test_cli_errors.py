@@ -1,5 +1,5 @@
 """How every command fails: one line, `Error: …`, saying what went wrong and what to do, and an
-exit status its --help (and the README) lists — never a traceback, never "retried next tick"
+exit status its --help (and docs/cli.md) lists — never a traceback, never "retried next tick"
 from a command nothing retries. Run as the installed console script; where the failure comes
 from the API server, against the real local one (an unknown context, a caller without rights,
 no such policy), or a real closed port (no API server)."""
@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import socket
 import subprocess
 import sys
@@ -30,7 +29,8 @@ from imagerefresh.cli import (
 )
 
 from support.accounts import service_account_kubeconfig
-from support.cluster_env import REPO, Cluster
+from support.cluster_env import Cluster
+from support.docs import cli_exit_tables
 from support.registry_env import free_port
 from support.scenario import policy, target
 
@@ -170,24 +170,8 @@ def test_no_exit_status_means_two_things() -> None:
     assert meanings[LEADERSHIP_LOST_EXIT] == {"run"}
 
 
-def readme_exit_tables() -> dict[str, list[tuple[int, str]]]:
-    """The README's exit-status tables, per command (`**`imagerefresh X`**` then a table)."""
-    text = (REPO / "README.md").read_text()
-    section = text.split("\n## Exit statuses\n", 1)[1].split("\n## ", 1)[0]
-    names = re.findall(r"^\*\*`imagerefresh ([a-z-]+)`\*\*$", section, flags=re.M)
-    bodies = re.split(r"^\*\*`imagerefresh [a-z-]+`\*\*$", section, flags=re.M)[1:]
-    return {
-        name: [
-            (int(code), meaning.strip())
-            for code, meaning in re.findall(r"^\| (\d) \| (.+) \|$", body, flags=re.M)
-        ]
-        for name, body in zip(names, bodies, strict=True)
-    }
-
-
-def test_the_readme_lists_each_commands_exit_statuses_as_its_help_does() -> None:
-    documented = readme_exit_tables()
-    assert documented == {
+def test_the_cli_reference_lists_each_commands_exit_statuses_as_its_help_does() -> None:
+    assert cli_exit_tables() == {
         name: list(command.exits)  # type: ignore[attr-defined]
         for name, command in main.commands.items()
     }

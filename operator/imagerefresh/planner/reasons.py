@@ -44,3 +44,63 @@ BUDGET_BELOW_RESERVE = "PullBudgetBelowReserve"
 WITHIN_BUDGET = "WithinPullBudget"
 EVIDENCE_UNREADABLE = "EvidenceUnreadable"
 EVIDENCE_READ = "EvidenceRead"
+
+# Each reason by where it appears, for the reference in docs/api.md (tests/docs keeps the two
+# in step): a reason added above belongs in at least one of these.
+
+# Posted about a target: on the policy and on the target's workload.
+TARGET_EVENTS = (
+    REFRESHING,
+    REFRESHED,
+    REFRESH_FAILED,
+    ROLLING_BACK,
+    ROLLED_BACK,
+    ROLLBACK_STALLED,
+    ROLLBACK_SUPERSEDED,
+    CONTESTED,
+    PATCH_CONFLICT,
+    PATCH_REFUSED,
+    PATCH_OUTCOME_UNKNOWN,
+    PULL_POLICY_ALWAYS,
+    WORKLOAD_MISSING,
+    CONFLICT,
+    FROZEN,
+    LOCKED,
+    WAITING_FOR_WINDOW,
+    LOCKSTEP_WAITING,
+)
+# Posted about the policy alone.
+POLICY_EVENTS = (
+    STATUS_NOT_WRITTEN,
+    RESET,
+    REFRESH_OUTSIDE_WINDOW,
+    POLICY_INVALID,
+    STATUS_UNREADABLE,
+)
+# Set on a condition (derive_conditions; PolicyInvalid and StatusUnreadable by mark_unreadable).
+CONDITIONS = (
+    ALL_CURRENT,
+    NOT_CURRENT,
+    SUSPENDED,
+    ROLLOUT_IN_FLIGHT,
+    NO_ROLLOUT,
+    SKIP_CEILING,
+    SETTLING,
+    ATTEMPT_CEILING,
+    UNLOCKED,
+    BUDGET_BELOW_RESERVE,
+    WITHIN_BUDGET,
+    EVIDENCE_UNREADABLE,
+    EVIDENCE_READ,
+    POLICY_INVALID,
+    STATUS_UNREADABLE,
+)
+# Condition reasons also posted as events when their condition changes (condition_events):
+# Ready turning True, RateLimited and Degraded turning either way.
+CONDITION_EVENTS = (
+    ALL_CURRENT,
+    BUDGET_BELOW_RESERVE,
+    WITHIN_BUDGET,
+    EVIDENCE_UNREADABLE,
+    EVIDENCE_READ,
+)

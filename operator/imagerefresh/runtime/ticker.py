@@ -30,6 +30,7 @@ from imagerefresh.planner import (
     TickInput,
     in_flight,
     plan_tick,
+    reasons,
 )
 from imagerefresh.ratelimit import RateLimitLedger, Reservation
 from imagerefresh.resolver import SharedResolver
@@ -327,7 +328,11 @@ class PolicyTicker:
         ):
             if patches:
                 self.metrics.refreshes.labels(namespace, name, outcome).inc(len(patches))
-        results = {"Refreshed": "succeeded", "RefreshFailed": "failed", "Contested": "contested"}
+        results = {
+            reasons.REFRESHED: "succeeded",
+            reasons.REFRESH_FAILED: "failed",
+            reasons.CONTESTED: "contested",
+        }
         for event in applied.events:
             if event.reason in results:
                 self.metrics.refreshes.labels(namespace, name, results[event.reason]).inc()
