@@ -1,6 +1,8 @@
 """The chart's own operator pod on the real node, in the chart's host-network mode.
 
-The image `make image` built is loaded into the node's containerd (no registry serves it), the
+The image `make image` built is pushed to the test registry and pulled by the node's kubelet,
+as an edge's would be (an image loaded into containerd by hand would be pulled anyway once the
+kubelet has pulled its ID under another name: e2e/README.md "What the real node reports"). The
 chart is installed with ``hostNetwork.enabled`` and the API server's loopback address, and the
 pod the kubelet starts must pass its probes (which dial 127.0.0.1 only), tick and pin a
 workload on the same node.
@@ -8,7 +10,6 @@ workload on the same node.
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import pytest
 from support.cluster_env import Cluster, eventually
 from support.helm_env import CHART, CRD_FROM_THE_TESTS, helm
 from support.operator_env import Operator
+from support.podman_env import podman
 from support.realnode_env import SLEEP, RealNode
 from support.registry_env import ImagePusher, free_port
 from support.scenario import images
@@ -27,20 +29,12 @@ RELEASE = "node"
 POLICY = "edge"
 
 
-def load_into_containerd(node: RealNode, image: str, directory: Path) -> str:
-    """``podman save`` the image and import it into the node's containerd; its name there."""
-    archive = directory / "operator.tar"
-    subprocess.run(
-        ["podman", "save", "--format", "docker-archive", "-o", str(archive), image],
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
-    node.ctr("images", "import", "--no-unpack=false", str(archive))
-    listed = node.ctr("images", "ls", "--quiet")
-    name = image if "/" in image.split(":")[0] else f"docker.io/library/{image}"
-    assert name in listed.split(), f"{name} not among containerd's images:\n{listed}"
-    return name
+def push_for_the_node(image: str, registry: str, namespace: str) -> str:
+    """``podman push`` the image to the test registry (plain HTTP); the reference pushed."""
+    name = image.rsplit("/", 1)[-1]  # imagerefresh:<version>
+    pushed = f"{registry}/{namespace}/{name}"
+    podman("push", "--quiet", "--tls-verify=false", image, pushed, timeout=300)
+    return pushed
 
 
 def api_port(cluster: Cluster) -> int:
@@ -93,7 +87,8 @@ def test_the_charts_pod_in_host_network_mode_runs_on_the_real_node_and_pins(
     operator_image: str,
     tmp_path: Path,
 ) -> None:
-    image = load_into_containerd(real_node, operator_image, tmp_path)
+    real_node.trust(registry)
+    image = push_for_the_node(operator_image, registry, namespace)
     pusher.push(f"{namespace}/app", "prod", seed="chart-node", entrypoint=SLEEP)
     tag = f"{registry}/{namespace}/app:prod"
     cluster.apply(real_node.deployment("app", tag), namespace=namespace)

@@ -23,7 +23,7 @@ import httpx
 import pytest
 
 from support.cluster_env import Cluster
-from support.helm_env import helm, helm_env
+from support.helm_env import CRD_FROM_THE_TESTS, helm, helm_env
 from support.podman_env import podman
 from support.realnode_env import RealNode
 from support.registry_env import free_port
@@ -81,6 +81,7 @@ def values(cluster: Cluster, repository: str) -> dict[str, Any]:
         "tolerations": [{"key": realnode.TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],
         "hostNetwork": {"enabled": True, "apiServer": api_server},
         "ports": {"metrics": free_port(), "liveness": free_port()},
+        **CRD_FROM_THE_TESTS,  # the session's CRD is the fixture's, which no release owns
     }
 
 
