@@ -37,13 +37,14 @@ import asyncio
 import gzip
 import json
 import ssl
-import subprocess
 import threading
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from pathlib import Path
 
 import httpx
+
+from support.certificates import loopback_certificate
 
 __all__ = [
     "OVERSIZED_MANIFEST_BYTES",
@@ -280,17 +281,7 @@ def _framed(body: bytes, chunked: bool, method: str) -> bytes:
 
 def tls_contexts(directory: Path) -> tuple[ssl.SSLContext, ssl.SSLContext]:
     """(server, client) contexts for a self-signed certificate of 127.0.0.1 (made by openssl)."""
-    key, cert = directory / "tls.key", directory / "tls.crt"
-    subprocess.run(
-        [
-            "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
-            "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
-            "-addext", "subjectAltName=IP:127.0.0.1",
-            "-keyout", str(key), "-out", str(cert),
-        ],
-        check=True,
-        capture_output=True,
-    )  # fmt: skip
+    key, cert = loopback_certificate(directory)
     server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     server.load_cert_chain(cert, key)
     return server, ssl.create_default_context(cafile=str(cert))

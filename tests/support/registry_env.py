@@ -18,6 +18,7 @@ import json
 import os
 import shutil
 import socket
+import ssl
 import subprocess
 import sys
 import tarfile
@@ -73,15 +74,34 @@ def free_port() -> int:
 
 @dataclass
 class RegistryServer:
-    """A distribution registry process on 127.0.0.1 with storage in ``root``."""
+    """A distribution registry process on 127.0.0.1 with storage in ``root``; over TLS when
+    given ``tls`` (a certificate of 127.0.0.1 and its key, ``tls.crt`` and ``tls.key``)."""
 
     root: Path
     port: int
+    tls: Path | None = None
     process: subprocess.Popen[bytes] | None = None
 
     @property
     def host(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    def _http(self) -> dict[str, object]:
+        if self.tls is None:
+            return {"addr": self.host}
+        tls = {"certificate": str(self.tls / "tls.crt"), "key": str(self.tls / "tls.key")}
+        return {"addr": self.host, "tls": tls}
+
+    def _answers(self) -> bool:
+        if self.tls is None:
+            scheme, verify = "http", ssl.create_default_context()
+        else:
+            scheme, verify = "https", ssl.create_default_context(cafile=self.tls / "tls.crt")
+        try:
+            answer = httpx.get(f"{scheme}://{self.host}/v2/", timeout=1, verify=verify)
+        except httpx.HTTPError:
+            return False
+        return answer.status_code == 200
 
     def start(self) -> None:
         binary = shutil.which("docker-registry")
@@ -99,7 +119,7 @@ class RegistryServer:
                         "filesystem": {"rootdirectory": str(self.root / "data")},
                         "delete": {"enabled": True},
                     },
-                    "http": {"addr": self.host},
+                    "http": self._http(),
                 }
             )
         )
@@ -109,11 +129,9 @@ class RegistryServer:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"docker-registry exited; see {self.root / 'registry.log'}")
-            try:
-                if httpx.get(f"http://{self.host}/v2/", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                time.sleep(0.1)
+            if self._answers():
+                return
+            time.sleep(0.1)
         raise RuntimeError(f"docker-registry did not answer on {self.host}")
 
     def stop(self) -> None:
