@@ -1,6 +1,7 @@
 """One target's decision in a tick, independent of every other target.
 
-The steps run in the spec's order, each in a module of its own, and each may end the decision:
+The steps, lettered as the spec's tick letters them, run in this order, each in a module of its
+own, and each may end the decision:
 
 a. scope and shape (:mod:`.scope`) — a suspended policy, a namespace the policy may not reach,
    an absent workload, a declared container missing from the pod template, a live repository
@@ -16,6 +17,8 @@ c. not settled without a refresh of ours — a skip (:mod:`.skip`: Skipping, Fro
    ceiling);
 d. settled — compare live images (and, for tags, the digests the pods run) with the desired
    digests (:mod:`.compare`);
+j. what may be pinned — the gates a drifted digest must pass before it is refreshed to
+   (:mod:`.gates`), between the comparison and the refresh;
 e. drift — Locked targets wait for a reset; windows, lockstep peers and the pull budget may
    hold it; otherwise one guarded patch for every drifted container of the workload, recorded
    as ``pending`` first (:mod:`.refresh`).
@@ -31,8 +34,9 @@ from __future__ import annotations
 from imagerefresh.models import TargetSpec, TargetStatus
 from imagerefresh.planner.evidence import TargetEvidence, TargetKey
 from imagerefresh.planner.lockstep import NO_ORDERS, LockstepOrders
-from imagerefresh.planner.target.compare import compare
+from imagerefresh.planner.target.compare import compare, conclude
 from imagerefresh.planner.target.decision import Decision, TargetContext, TargetOutcome
+from imagerefresh.planner.target.gates import screen
 from imagerefresh.planner.target.pending import judge_pending
 from imagerefresh.planner.target.scope import admit
 from imagerefresh.planner.target.skip import skip_unsettled
@@ -65,4 +69,5 @@ def plan_target(
     skipped = skip_unsettled(decision, workload)
     if skipped is not None:
         return skipped
-    return compare(decision, workload)
+    comparison = screen(decision, workload, compare(decision, workload))
+    return conclude(decision, workload, comparison)
