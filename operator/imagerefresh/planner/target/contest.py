@@ -21,11 +21,6 @@ from imagerefresh.planner.target.decision import Decision, normalised
 
 __all__ = ["contest_pending", "contest_repin"]
 
-_STOP_THE_OTHER_WRITER = (
-    "Two writers on one image end Locked: stop the other writer (a CronJob, GitOps self-heal, "
-    "another policy) or remove the target from this policy"
-)
-
 
 def contest_pending(
     decision: Decision, workload: Workload, now: Mapping[str, str], reverted: bool
@@ -69,7 +64,9 @@ def _contest_refresh(
         "Warning",
         reasons.CONTESTED,
         f"{writers} {what}: contested attempt {attempts} of "
-        f"{decision.ctx.spec.max_refresh_attempts}. {_STOP_THE_OTHER_WRITER}",
+        f"{decision.ctx.spec.max_refresh_attempts}. Two writers on one image end Locked: stop the "
+        "other writer (a CronJob, GitOps self-heal, another policy) or remove the target "
+        "from this policy",
     )
 
 
@@ -88,8 +85,9 @@ def contest_repin(decision: Decision, workload: Workload, drifted: Mapping[str, 
         reasons.CONTESTED,
         f"{writers} changed {', '.join(moved)} of "
         f"{decision.key} away from what imagerefresh last wrote: re-pinning is contested "
-        f"attempt {attempts} of {decision.ctx.spec.max_refresh_attempts}. "
-        f"{_STOP_THE_OTHER_WRITER}",
+        f"attempt {attempts} of {decision.ctx.spec.max_refresh_attempts}. Two writers on "
+        "one image end Locked: stop the other writer (a CronJob, GitOps self-heal, "
+        "another policy) or remove the target from this policy",
     )
     return writers
 
