@@ -493,8 +493,9 @@ def _core_files(source_root: Path) -> list[str]:
     files = []
     for entry in CORE:
         if entry.endswith("/"):
+            # With its subpackages (planner/target/), as mutmut's only_mutate glob takes them.
             files.extend(
-                str(p.relative_to(source_root)) for p in sorted((source_root / entry).glob("*.py"))
+                str(p.relative_to(source_root)) for p in sorted((source_root / entry).rglob("*.py"))
             )
         else:
             files.append(entry)

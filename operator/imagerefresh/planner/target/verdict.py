@@ -1,0 +1,111 @@
+"""The verdict on a refresh of ours that landed: success, failure, or still rolling out.
+
+The spec's step b for a refresh whose images the workload carries. Settled with them is a
+success: ``refreshAttempts`` falls back to the contests a success never clears, ``lastGood``
+records the images, a Normal event. The controller reporting the rollout failed
+(``ProgressDeadlineExceeded``), or no progress within ``rolloutTimeout``, is a failure: one
+more attempt, a Warning event, with ``rollbackOnFailure`` a rollback to the images it replaced,
+and Locked at ``maxRefreshAttempts``.
+
+With lockstep, peers bind the verdict: a refresh that settled while a peer still rolls out is
+held (Refreshing, not yet a success), and a peer's failure rolls this one back too without an
+attempt counted against it.
+"""
+
+from __future__ import annotations
+
+from imagerefresh.models import PendingRefresh, Phase
+from imagerefresh.planner import reasons
+from imagerefresh.planner.evidence import Workload
+from imagerefresh.planner.lockstep import Judged, Result
+from imagerefresh.planner.target.deadline import stalled, timed_out, track_progress
+from imagerefresh.planner.target.decision import Decision, TargetOutcome, short
+from imagerefresh.planner.target.rollback import send_rollback
+from imagerefresh.rollout import RolloutState
+
+__all__ = ["judge_refresh"]
+
+
+def judge_refresh(
+    decision: Decision, workload: Workload, pending: PendingRefresh
+) -> TargetOutcome | None:
+    """The verdict on our landed refresh; None when it succeeded and the decision goes on."""
+    pending = track_progress(decision, workload, pending)
+    # A refresh that settled while its lockstep peers rolled on has done its part.
+    settled = workload.verdict.settled or pending.settled_at is not None
+    failed = workload.verdict.state is RolloutState.FAILED or timed_out(decision, pending)
+    result = Result.SETTLED if settled else Result.FAILED if failed else Result.IN_FLIGHT
+    decision.outcome.judged = Judged(pending, result)
+    peers_failed = decision.orders.roll_back
+    spec = decision.ctx.spec
+    rolls_back = spec.rollback_on_failure and not spec.dry_run
+    if result is not Result.FAILED and peers_failed is not None and rolls_back:
+        return _roll_back_with_peers(decision, workload, pending, peers_failed)
+    if settled and decision.orders.hold_success is not None:
+        return _hold_success(decision, pending, decision.orders.hold_success)
+    if settled:
+        _succeed(decision, pending)
+        return None
+    if workload.verdict.state is RolloutState.FAILED:
+        return _fail_refresh(decision, workload, pending, workload.verdict.message)
+    if timed_out(decision, pending):
+        return _fail_refresh(decision, workload, pending, stalled(decision, pending))
+    return decision.finish(Phase.REFRESHING, f"rolling out our refresh: {workload.verdict.message}")
+
+
+def _succeed(decision: Decision, pending: PendingRefresh) -> None:
+    decision.update(
+        pending=None,
+        refresh_attempts=decision.status.contested,  # a success never clears contests
+        last_refresh=decision.ctx.now,
+    )
+    decision.record_good()
+    changed = ", ".join(f"{n} → {short(i.rpartition('@')[2])}" for n, i in pending.images.items())
+    decision.event("Normal", reasons.REFRESHED, f"{decision.key} rolled out {changed}")
+
+
+def _hold_success(decision: Decision, pending: PendingRefresh, why: str) -> TargetOutcome:
+    """Settled, but a lockstep peer is still rolling out: not a success yet."""
+    if pending.settled_at is None:
+        decision.update(pending=pending.model_copy(update={"settled_at": decision.ctx.now}))
+    return decision.finish(
+        Phase.REFRESHING,
+        f"our refresh rolled out; {why}: it counts as refreshed once they have",
+    )
+
+
+def _roll_back_with_peers(
+    decision: Decision, workload: Workload, pending: PendingRefresh, why: str
+) -> TargetOutcome:
+    """A lockstep peer's refresh failed: this one rolls back too, no attempt counted."""
+    restored = send_rollback(decision, workload, pending, f": {why}")
+    message = (
+        f"{why}; rolling back to {restored} with them (no attempt counted against this target)"
+    )
+    if decision.locked:
+        return decision.finish(Phase.LOCKED, decision.locked_message(message))
+    return decision.finish(Phase.ROLLING_BACK, message)
+
+
+def _fail_refresh(
+    decision: Decision, workload: Workload, pending: PendingRefresh, why: str
+) -> TargetOutcome:
+    attempts = decision.count_attempt()
+    ceiling = decision.ctx.spec.max_refresh_attempts
+    decision.event(
+        "Warning",
+        reasons.REFRESH_FAILED,
+        f"refresh of {decision.key} failed (attempt {attempts} of {ceiling}): {why}",
+    )
+    if not decision.ctx.spec.rollback_on_failure or decision.ctx.spec.dry_run:
+        decision.update(pending=None)
+        if decision.locked:
+            return decision.finish(Phase.LOCKED, decision.locked_message(why))
+        return decision.finish(
+            Phase.SKIPPING, f"refresh failed (attempt {attempts} of {ceiling}): {why}"
+        )
+    send_rollback(decision, workload, pending)
+    detail = f"refresh failed (attempt {attempts} of {ceiling}): {why}; rolling back"
+    if decision.locked:
+        return decision.finish(Phase.LOCKED, decision.locked_message(f"{why}; rolling back"))
+    return decision.finish(Phase.ROLLING_BACK, detail)
