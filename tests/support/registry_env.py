@@ -125,6 +125,14 @@ class RegistryServer:
         )
         log = (self.root / "registry.log").open("wb")
         self.process = subprocess.Popen([binary, "serve", str(config)], stdout=log, stderr=log)
+        try:
+            self._wait_until_it_answers()
+        except BaseException:
+            self.stop()  # a registry that never answered is not left running
+            raise
+
+    def _wait_until_it_answers(self) -> None:
+        assert self.process is not None
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
