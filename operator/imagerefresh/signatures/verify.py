@@ -84,9 +84,7 @@ def verify(
     if len(keys) > MAX_KEYS:
         raise InvalidPublicKey(f"{len(keys)} keys given; at most {MAX_KEYS} are tried")
     candidates: list[tuple[Format, Callable[[], PublicKey]]] = []
-    failures: list[tuple[Format | None, Rejected]] = [
-        (None, Rejected(Failure.NO_SIGNATURE, f"no signature of {digest} was found"))
-    ]
+    failures: list[tuple[Format, Rejected]] = []
     if legacy is not None:
         try:
             candidates += [("legacy", check) for check in _legacy(legacy, digest, repository, keys)]
@@ -101,6 +99,12 @@ def verify(
             failures.append((found, rejected))
             continue
         return Verified(digest=digest, key=key.fingerprint, format=found)
+    if not failures:
+        return Untrusted(
+            digest=digest,
+            failure=Failure.NO_SIGNATURE,
+            detail=f"no signature of {digest} was found",
+        )
     # The first of the candidates that got furthest: max keeps the earliest of equals.
     where, furthest = max(failures, key=lambda failed: failed[1].failure.rank)
     return Untrusted(digest=digest, failure=furthest.failure, detail=furthest.detail, format=where)
