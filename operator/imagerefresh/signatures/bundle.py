@@ -13,12 +13,13 @@ in this order:
 
 1. the referrer's manifest names ``D`` as its subject and has exactly one bundle layer, whose
    blob is the one its descriptor names, within its cap;
-2. the bundle is a v0.3 bundle holding a DSSE envelope of an in-toto payload;
+2. the bundle is a v0.3 bundle holding a DSSE envelope;
 3. a listed key verifies one of the envelope's signatures over that encoding — nothing in the
-   payload is believed before that;
-4. the payload is an in-toto Statement whose predicate type is cosign's signature predicate
-   (any other, an SBOM or provenance from ``cosign attest``, is an attestation, not a
-   signature), and of the Statement type ``cosign sign`` writes, in-toto v1;
+   envelope's payload or its type is believed before that;
+4. the payload's type is in-toto's and the payload is an in-toto Statement whose predicate
+   type is cosign's signature predicate (any other, an SBOM or provenance from ``cosign
+   attest``, is an attestation, not a signature), of the Statement type ``cosign sign``
+   writes, in-toto v1;
 5. the Statement has exactly one subject, and its digest is ``D`` and nothing else.
 
 A Statement names no repository, so a bundle carries no repository claim. The bundle's key
@@ -160,8 +161,6 @@ def verify_bundle(
     envelope = bundle.dsse_envelope
     if envelope is None:
         raise Rejected(Failure.WRONG_TYPE, "the bundle holds no DSSE envelope")
-    if envelope.payload_type != IN_TOTO_PAYLOAD:
-        raise Rejected(Failure.WRONG_TYPE, f"the envelope's payload is a {envelope.payload_type!r}")
     if not 1 <= len(envelope.signatures) <= _MAX_ENVELOPE_SIGNATURES:
         failure = Failure.BAD_SIGNATURE if not envelope.signatures else Failure.TOO_LARGE
         raise Rejected(failure, f"the envelope holds {len(envelope.signatures)} signatures")
@@ -171,6 +170,9 @@ def verify_bundle(
     key = next((key for key in keys if any(key.verifies(sig, message) for sig in signatures)), None)
     if key is None:
         raise Rejected(Failure.BAD_SIGNATURE, "no listed key verifies the envelope")
+    # The payload type is read only now: it is part of what was signed.
+    if envelope.payload_type != IN_TOTO_PAYLOAD:
+        raise Rejected(Failure.WRONG_TYPE, f"the envelope's payload is a {envelope.payload_type!r}")
     document = load_json(body, what="the signed statement", limit=MAX_BUNDLE_BYTES)
     statement = parse_model(_Statement, document, what="the signed statement")
     if statement.predicate_type != COSIGN_SIGN_PREDICATE:
