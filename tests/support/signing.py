@@ -38,11 +38,14 @@ from imagerefresh.signatures import (
 
 __all__ = [
     "COSIGN_TYPE",
+    "IN_TOTO_PAYLOAD",
     "IN_TOTO_V1",
     "TestKey",
     "bundle",
     "bundle_document",
+    "copy_manifest",
     "cosign_attest",
+    "cosign_import_key",
     "cosign_sign",
     "cosign_verifies",
     "legacy",
@@ -314,3 +317,27 @@ def read_evidence(
                 layer = bundle_layer(referrer, digest=digest)
                 bundles.append(BundleEvidence(manifest=referrer, bundle=blob(layer.digest)))
         return found, bundles
+
+
+def copy_manifest(host: str, source: str, reference: str, target: str, tag: str) -> None:
+    """Copy the manifest ``source:reference`` and its blobs to ``target:tag``, byte for byte:
+    a signature moved to where it was not made for."""
+    with httpx.Client(base_url=f"http://{host}/v2", timeout=10) as http:
+        answer = http.get(f"/{source}/manifests/{reference}", headers={"Accept": ACCEPT})
+        answer.raise_for_status()
+        document = json.loads(answer.content)
+        for descriptor in [document["config"], *document["layers"]]:
+            content = http.get(f"/{source}/blobs/{descriptor['digest']}")
+            content.raise_for_status()
+            started = http.post(f"/{target}/blobs/uploads/")
+            started.raise_for_status()
+            location = started.headers["location"]
+            separator = "&" if "?" in location else "?"
+            http.put(
+                f"{location}{separator}digest={descriptor['digest']}", content=content.content,
+                headers={"Content-Type": "application/octet-stream"},
+            ).raise_for_status()  # fmt: skip
+        http.put(
+            f"/{target}/manifests/{tag}", content=answer.content,
+            headers={"Content-Type": answer.headers["content-type"]},
+        ).raise_for_status()  # fmt: skip
