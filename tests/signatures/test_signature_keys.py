@@ -128,3 +128,20 @@ def test_a_repeated_key_is_refused_naming_both_entries() -> None:
 def test_a_bad_key_in_a_list_is_named_by_its_index() -> None:
     with pytest.raises(InvalidPublicKey, match=r"verify.publicKeys\[1\]"):
         parse_public_keys([P256.pem, "nonsense"])
+
+
+@pytest.mark.parametrize("key", [P256, TestKey.rsa()], ids=["ecdsa", "rsa"])
+@pytest.mark.parametrize(
+    "signature", [b"", b"\x00" * 64, b"\x30\x02\x01", b"\xff" * 600],
+    ids=["empty", "raw-r-s", "truncated-der", "oversized"],
+)  # fmt: skip
+def test_a_garbled_signature_does_not_verify_and_raises_nothing(
+    key: TestKey, signature: bytes
+) -> None:
+    assert parse_public_key(key.pem).verifies(signature, b"payload") is False
+
+
+def test_a_signature_verifies_only_over_the_bytes_it_signed() -> None:
+    parsed = parse_public_key(P256.pem)
+    assert parsed.verifies(P256.sign(b"payload"), b"payload")
+    assert not parsed.verifies(P256.sign(b"payload"), b"payload ")
