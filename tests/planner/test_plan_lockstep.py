@@ -1006,3 +1006,25 @@ def test_pinning_an_adopted_member_with_a_refresh_outside_the_group_is_no_move_o
     assert tick.target("jobs-manager").phase is Phase.CURRENT
     assert "Refreshed" in reasons(done, JOBS)
     assert "RollingBack" not in reasons(done)
+
+
+def test_a_container_already_running_the_digest_is_pinned_in_place_while_its_group_is_held() -> (
+    None
+):
+    tick = edge()
+    workload = deployment(
+        "jobs-manager", {"api": f"{JM_REPO}:prod", "pods-monitor-container": f"{PM_REPO}:prod"}
+    )
+    pods = [pod("jm-1", {"api": ran(D2)})]
+    plan = tick.run(
+        {
+            JOBS: evidence(workload, pods, digests={"api": D2, "pods-monitor-container": P2}),
+            PROXY: evidence(None, digests={"proxy": D2}),
+        }
+    )
+    # api's pods run D2 already: pinning it moves nothing, so the Missing peer holds nothing;
+    # the monitor's refresh restarts the pod anyway and the pin makes api's build explicit.
+    assert patched(plan) == {
+        "jobs-manager": {"api": f"{JM_REPO}@{D2}", "pods-monitor-container": f"{PM_REPO}@{P2}"}
+    }
+    assert tick.target("requests-proxy").phase is Phase.MISSING
