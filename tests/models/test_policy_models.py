@@ -195,6 +195,14 @@ def test_status_round_trips_through_its_api_form() -> None:
                 "lastGood": {},
                 "contestedImages": {},
                 "containers": [{"name": "api", "tracked": "docker.io/a:p", "running": []}],
+                "failed": [{"digest": "sha256:" + HEX, "at": "2026-11-29T11:00:00Z"}],
+            }
+        ],
+        "seen": [
+            {
+                "tracked": "docker.io/library/a:p",
+                "digest": "sha256:" + HEX,
+                "since": "2026-11-29T11:30:00Z",
             }
         ],
         "registries": [

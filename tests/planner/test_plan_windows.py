@@ -73,7 +73,7 @@ def test_outside_every_window_a_drifted_target_waits_and_names_the_next_start_in
         None,
     )
     assert plan.status.phase is Phase.WAITING
-    assert plan.window_opens == OPENS
+    assert plan.wake_at == OPENS
     assert [e for e in plan.events if e.reason == "WaitingForWindow"] == [
         Event("Normal", "WaitingForWindow", waiting_message(), JOBS)
     ]
@@ -85,7 +85,7 @@ def test_inside_a_window_the_refresh_starts() -> None:
     plan = drifted(tick)
     assert [p.purpose for p in plan.patches] == [PatchPurpose.REFRESH]
     assert tick.target("jobs-manager").phase is Phase.REFRESHING
-    assert plan.window_opens is None
+    assert plan.wake_at is None
     assert "WaitingForWindow" not in reasons(plan)
 
 
@@ -111,7 +111,7 @@ def test_without_windows_a_refresh_starts_at_any_tick() -> None:
     tick = Tick(spec(target("jobs-manager", api=JM)))
     plan = drifted(tick)
     assert [p.purpose for p in plan.patches] == [PatchPurpose.REFRESH]
-    assert plan.window_opens is None
+    assert plan.wake_at is None
 
 
 def test_idle_ticks_outside_a_window_write_nothing_and_post_nothing() -> None:
@@ -122,7 +122,7 @@ def test_idle_ticks_outside_a_window_write_nothing_and_post_nothing() -> None:
         plan = drifted(tick)
         assert plan.status == first
         assert plan.events == ()
-        assert plan.window_opens == OPENS
+        assert plan.wake_at == OPENS
 
 
 def test_the_status_changes_when_the_next_start_does_and_says_so_once() -> None:
@@ -147,7 +147,7 @@ def test_several_windows_wait_for_the_earliest_and_in_its_own_zone() -> None:
     new_york = {"days": ["Sun"], "start": "20:00", "end": "21:00", "timeZone": "America/New_York"}
     tick = windowed(SATURDAY_NIGHT, new_york)
     plan = drifted(tick)
-    assert plan.window_opens == datetime(2026, 11, 30, 1, 0, tzinfo=UTC)
+    assert plan.wake_at == datetime(2026, 11, 30, 1, 0, tzinfo=UTC)
     assert tick.target("jobs-manager").message == waiting_message("2026-11-30T01:00:00Z")
 
 
@@ -167,14 +167,14 @@ def test_a_follow_up_tick_outside_the_window_waits_for_the_window_too() -> None:
     )
     assert plan.patches == ()
     assert tick.target("jobs-manager").message == waiting_message(old=D2, new=D3)
-    assert plan.window_opens == OPENS
+    assert plan.wake_at == OPENS
 
 
 def test_a_current_target_outside_the_window_stays_current_and_nothing_waits() -> None:
     tick = windowed(SATURDAY_NIGHT)
     plan = tick.run({JOBS: evidence(settled(f"{JM_REPO}@{D1}"), digests={"api": D1})})
     assert tick.target("jobs-manager").phase is Phase.CURRENT
-    assert plan.window_opens is None
+    assert plan.wake_at is None
 
 
 def test_a_locked_target_outside_the_window_says_locked() -> None:
@@ -185,7 +185,7 @@ def test_a_locked_target_outside_the_window_says_locked() -> None:
     tick.status = tick.status.model_copy(update={"targets": (locked,)})
     plan = drifted(tick)
     assert tick.target("jobs-manager").phase is Phase.LOCKED
-    assert plan.window_opens is None
+    assert plan.wake_at is None
 
 
 def test_waiting_for_a_window_spends_no_pull_budget_and_is_not_rate_limited() -> None:
@@ -281,7 +281,7 @@ def test_the_override_refreshes_outside_the_window_and_is_remembered() -> None:
     assert tick.target("jobs-manager").phase is Phase.REFRESHING
     assert tick.status.last_window_override == "now-please"
     assert plan.events[0] == Event("Normal", "RefreshOutsideWindow", HONOURED)
-    assert plan.window_opens is None
+    assert plan.wake_at is None
 
 
 def test_the_same_value_is_honoured_once() -> None:

@@ -139,7 +139,7 @@ def test_inside_its_window_a_policy_refreshes(
     }
 
 
-def test_a_waiting_policy_refreshes_when_its_window_opens_without_waiting_for_its_interval(
+def test_a_waiting_policy_refreshes_when_its_wake_at_without_waiting_for_its_interval(
     operator: Operator, cluster: Cluster, pusher: ImagePusher, policy_namespace: str
 ) -> None:
     ns, reg = policy_namespace, operator.registry

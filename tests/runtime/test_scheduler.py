@@ -159,7 +159,7 @@ async def test_a_policy_ticks_when_first_seen_then_on_its_grid_and_at_once_on_a_
 def waiting(opens: float) -> TickOutcome:
     """A tick after which a drifted target waits for a refresh window opening at ``opens``."""
     when = datetime.fromtimestamp(opens, UTC)
-    return TickOutcome(None, None, window_opens=when)  # type: ignore[arg-type]
+    return TickOutcome(None, None, wake_at=when)  # type: ignore[arg-type]
 
 
 async def test_a_policy_waiting_for_a_window_ticks_when_it_opens_not_an_interval_later(

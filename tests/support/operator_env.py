@@ -298,8 +298,11 @@ def kwok_pod_template(
 def deployment_with_policy(
     cluster: Cluster, namespace: str, image: str, *, tracked: str | None = None
 ) -> None:
-    """One Deployment ``app`` on ``image`` and a policy ``control-plane`` tracking it (or the
-    tag ``tracked``, when the Deployment starts pinned)."""
+    """One Deployment ``app`` on ``image``, rolled out, and a policy ``control-plane`` tracking
+    it (or the tag ``tracked``, when the Deployment starts pinned).
+
+    The rollout is waited for so that a tick planned right after sees a settled Deployment
+    (an unsettled one is a skip, not the drift the callers test)."""
     cluster.apply(
         {
             "apiVersion": "apps/v1",
@@ -327,6 +330,7 @@ def deployment_with_policy(
         },
         namespace=namespace,
     )
+    cluster.kubectl("rollout", "status", "-n", namespace, "deployment/app", "--timeout=60s")
 
 
 def pull_secret(name: str, auths: dict[str, tuple[str, str]]) -> dict[str, Any]:

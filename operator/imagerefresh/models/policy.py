@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 from enum import StrEnum
+from functools import cached_property
 from typing import Annotated
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -17,9 +18,11 @@ from pydantic import Field, field_validator, model_validator
 from imagerefresh.models.base import ApiModel
 from imagerefresh.models.durations import Duration
 from imagerefresh.reference import ImageReference, parse, parse_digest, tracked_reference
+from imagerefresh.signatures import MAX_KEYS, MAX_PEM_CHARS, PublicKey, parse_public_keys
 
 __all__ = [
     "MAX_CONTAINERS_PER_TARGET",
+    "MAX_MINIMUM_AGE",
     "MAX_POLICY_CONTAINERS",
     "MAX_TARGETS",
     "MIN_INTERVAL",
@@ -28,6 +31,7 @@ __all__ = [
     "PolicySpec",
     "PullBudgetSpec",
     "TargetSpec",
+    "VerifySpec",
     "Weekday",
     "WindowSpec",
     "WorkloadKind",
@@ -40,6 +44,12 @@ MAX_TARGETS = 64
 MAX_CONTAINERS_PER_TARGET = 16
 MAX_POLICY_CONTAINERS = 256
 MIN_ROLLOUT_TIMEOUT = timedelta(seconds=30)
+# A cooldown is a safety delay for a bad push, not a release schedule: a month at most.
+MAX_MINIMUM_AGE = timedelta(days=30)
+# What the CRD admits as one key: the PEM block cosign.pub holds, and nothing else.
+PEM_PUBLIC_KEY_PATTERN = (
+    r"^\s*-----BEGIN PUBLIC KEY-----\s+[A-Za-z0-9+/=\s]+-----END PUBLIC KEY-----\s*$"
+)
 SHA256_DIGEST_PATTERN = r"^sha256:[a-f0-9]{64}$"
 CLOCK_TIME_PATTERN = r"^([01][0-9]|2[0-3]):[0-5][0-9]$"  # HH:MM, 00:00 to 23:59
 # IANA names (Europe/Berlin, America/Argentina/Buenos_Aires, Etc/GMT+5, UTC): whether the name
@@ -182,6 +192,31 @@ class PullBudgetSpec(ApiModel):
     reserve: Annotated[int, Field(ge=0)] = 2
 
 
+class VerifySpec(ApiModel):
+    """Pin only digests signed by one of these keys (cosign's key-based signatures, offline)."""
+
+    public_keys: Annotated[
+        tuple[
+            Annotated[
+                str, Field(min_length=1, max_length=MAX_PEM_CHARS, pattern=PEM_PUBLIC_KEY_PATTERN)
+            ],
+            ...,
+        ],
+        Field(min_length=1, max_length=MAX_KEYS),
+    ]
+
+    @field_validator("public_keys")
+    @classmethod
+    def _keys_usable(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        parse_public_keys(value)  # InvalidPublicKey is a ValueError naming the key and why
+        return value
+
+    @cached_property
+    def keys(self) -> tuple[PublicKey, ...]:
+        """The listed keys, parsed (the validator has proven that they parse)."""
+        return parse_public_keys(self.public_keys)
+
+
 class PolicySpec(ApiModel):
     """``spec`` of an ImageRefreshPolicy."""
 
@@ -199,6 +234,9 @@ class PolicySpec(ApiModel):
     # new digest in the same tick or not at all, and roll back together (planner.lockstep).
     lockstep: bool = False
     pull_budget: PullBudgetSpec = PullBudgetSpec()
+    # A new digest of a tag is pinned only once the tag has answered it this long (0: at once).
+    minimum_age: Duration = timedelta(0)
+    verify: VerifySpec | None = None  # pin only digests signed by one of these keys
     targets: Annotated[tuple[TargetSpec, ...], Field(min_length=1, max_length=MAX_TARGETS)]
 
     @model_validator(mode="after")
@@ -207,6 +245,8 @@ class PolicySpec(ApiModel):
             raise ValueError("interval must be at least 30s")
         if self.rollout_timeout < MIN_ROLLOUT_TIMEOUT:
             raise ValueError("rolloutTimeout must be at least 30s")
+        if not timedelta(0) <= self.minimum_age <= MAX_MINIMUM_AGE:
+            raise ValueError("minimumAge must be between 0s and 720h")
         return self
 
     @field_validator("targets")

@@ -20,13 +20,17 @@ from imagerefresh.reference import parse
 __all__ = [
     "Condition",
     "ConditionType",
+    "MAX_FAILED_BUILDS",
+    "MAX_SEEN",
     "ContainerStatus",
+    "FailedBuild",
     "PendingPurpose",
     "PendingRefresh",
     "Phase",
     "PolicyStatus",
     "ProgressMark",
     "RegistryStatus",
+    "SeenDigest",
     "TargetStatus",
 ]
 
@@ -35,6 +39,7 @@ class Phase(StrEnum):
     """Where one target stands after a tick. Declared from worst to best."""
 
     REFUSED = "Refused"  # the API server refused our patch for good (admission, RBAC, validation)
+    UNTRUSTED = "Untrusted"  # with spec.verify: the desired digest carries no valid signature
     ERROR = "Error"  # evidence (API or registry) was unreadable: nothing was done on it
     LOCKED = "Locked"  # refresh attempts at their ceiling: no re-imaging until a reset
     FROZEN = "Frozen"  # the skip streak is at its ceiling: unsettled for too long
@@ -42,7 +47,7 @@ class Phase(StrEnum):
     MISSING = "Missing"  # the workload does not exist
     ROLLING_BACK = "RollingBack"  # a failed refresh is being (or is owed to be) rolled back
     DEFERRED = "Deferred"  # drifted, but the pull budget would fall below the reserve
-    WAITING = "Waiting"  # drifted; the refresh waits for its time (here: the next interval tick)
+    WAITING = "Waiting"  # drifted; the refresh waits (a window, a peer, a cooldown, a failed build)
     REFRESHING = "Refreshing"  # our refresh is rolling out
     SKIPPING = "Skipping"  # not settled (a rollout in flight that is not ours): waiting
     DRIFTED = "Drifted"  # drifted, and the policy is a dry run: reported, not patched
@@ -70,6 +75,11 @@ MAX_COUNT = 1_000_000
 MAX_IMAGE = 512
 MAX_CONTAINERS = 64
 MAX_TEXT = 32_768
+# Failed builds kept per target (newest first), and tracked references a policy's seen list
+# holds (one per container it may declare).
+MAX_FAILED_BUILDS = 5
+MAX_SEEN = 256
+_DIGEST_PATTERN = r"^sha256:[a-f0-9]{64}$"
 
 
 class StatusModel(ApiModel):
@@ -152,6 +162,9 @@ class PendingRefresh(StatusModel):
         return self
 
 
+Digest = Annotated[str, Field(pattern=_DIGEST_PATTERN)]
+
+
 class ContainerStatus(StatusModel):
     name: str
     tracked: str  # fully qualified repo:tag
@@ -160,6 +173,25 @@ class ContainerStatus(StatusModel):
     running: tuple[str, ...] = ()  # distinct digests the pods report
     # The live imagePullPolicy: Always is not offline-safe (a PullPolicyAlways event says so).
     pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = None
+    # With spec.verify: the fingerprint of the key that verified the desired digest. A report
+    # for people: the operator never reads it as evidence (verdicts live in its memory only).
+    verified_by: Annotated[str, Field(max_length=80)] | None = None
+
+
+class FailedBuild(StatusModel):
+    """A digest whose refresh of this target failed in its rollout: never tried again here
+    until a reset."""
+
+    digest: Digest
+    at: Timestamp
+
+
+class SeenDigest(StatusModel):
+    """What a tracked tag answered and since when: the clock of ``spec.minimumAge``."""
+
+    tracked: Annotated[str, Field(min_length=1, max_length=MAX_IMAGE)]
+    digest: Digest
+    since: Timestamp
 
 
 class TargetStatus(StatusModel):
@@ -183,6 +215,9 @@ class TargetStatus(StatusModel):
         default_factory=dict
     )
     containers: tuple[ContainerStatus, ...] = ()
+    # Builds whose rollout failed here, newest first: never retried on this target until a
+    # reset, even when the tag moves away and back.
+    failed: Annotated[tuple[FailedBuild, ...], Field(max_length=MAX_FAILED_BUILDS)] = ()
 
 
 class RegistryStatus(StatusModel):
@@ -207,3 +242,5 @@ class PolicyStatus(StatusModel):
     last_reset: str | None = None
     # The value of the refresh-outside-window annotation last honoured (once per value).
     last_window_override: str | None = None
+    # Per tracked reference: the digest the tag answers and since when (the cooldown's clock).
+    seen: Annotated[tuple[SeenDigest, ...], Field(max_length=MAX_SEEN)] = ()

@@ -71,8 +71,9 @@ class Plan:
     status: PolicyStatus
     degraded: bool = False
     rate_limited: bool = False
-    # The earliest refresh window a drifted target waits for (UTC): the shell ticks then.
-    window_opens: datetime | None = None
+    # The earliest instant a drifted target waits for (UTC): a refresh window opening or a
+    # cooldown ending. The shell ticks the policy then.
+    wake_at: datetime | None = None
     # How many target decisions the tick made, those lockstep's rounds made again included:
     # what planning cost (about one per target, plus one per lockstep order given).
     decisions: int = 0

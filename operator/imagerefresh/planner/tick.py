@@ -298,13 +298,13 @@ def plan_tick(tick: TickInput) -> Plan:
             ),
         }
     )
-    waits = [o.window_opens for _, o in outcomes if o.window_opens is not None]
+    waits = [o.wake_at for _, o in outcomes if o.wake_at is not None]
     return Plan(
         patches=tuple(o.patch for _, o in outcomes if o.patch is not None),
         events=tuple(events),
         status=status,
         degraded=bool(flags.degraded),
         rate_limited=bool(flags.rate_limited),
-        window_opens=min(waits, default=None),
+        wake_at=min(waits, default=None),
         decisions=planned.decisions,
     )

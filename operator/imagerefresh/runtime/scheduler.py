@@ -9,8 +9,9 @@ raw-event handler, which persists nothing) and this scheduler decides when each 
   and share registry answers);
 - **prompt ticks**, at once, when a policy is first seen or its spec, reset, refresh-now or
   refresh-outside-window annotation changes (such a tick takes no registry answer whose
-  request started before it was asked for), and when a refresh window a drifted target waits
-  for opens (the tick's ``window_opens``), rather than up to an interval later;
+  request started before it was asked for), and when what a drifted target waits for comes (a
+  refresh window opening, a cooldown ending: the tick's ``wake_at``), rather than up to an
+  interval later;
 - **follow-up ticks**, while a rollout of ours is in flight (:mod:`imagerefresh.planner.follow`):
   the in-flight workloads are read every ``follow_period`` seconds (a GET by name, which
   ``resourceNames`` RBAC allows) and a change of their ``resourceVersion`` — the controller
@@ -255,10 +256,10 @@ class Scheduler:
             self.ticker.metrics.forget_policy(policy.namespace, policy.name)
             return
         self._follow(policy, outcome)
-        opens = outcome.window_opens if outcome is not None else None
-        if opens is not None:
+        wake = outcome.wake_at if outcome is not None else None
+        if wake is not None:
             # The planner named an instant after its own clock; never sooner than that.
-            policy.due = min(policy.due, opens.timestamp())
+            policy.due = min(policy.due, wake.timestamp())
 
     def _follow(self, policy: _Policy, outcome: TickOutcome | None) -> None:
         """Start, continue or stop following the policy's rollouts after a tick."""

@@ -67,7 +67,7 @@ class TickOutcome:
     # resourceVersion of each in-flight workload as this tick read it: a change since is
     # worth a follow-up tick.
     versions: Mapping[TargetKey, str] = field(default_factory=dict)
-    window_opens: datetime | None = None  # a refresh waits for the window opening then
+    wake_at: datetime | None = None  # a refresh waits until then (a window opens, a cooldown ends)
 
 
 @dataclass
@@ -251,7 +251,7 @@ class PolicyTicker:
             for key, workload in gathered.workloads.items()
             if key in flying.workloads
         }
-        return TickOutcome(plan, applied, flying, versions, plan.window_opens)
+        return TickOutcome(plan, applied, flying, versions, plan.wake_at)
 
     async def _plan(
         self, gathered: Gathered

@@ -62,7 +62,7 @@ class TargetOutcome:
     status: TargetStatus
     patch: ImagePatch | None = None
     events: list[Event] = field(default_factory=list)
-    window_opens: datetime | None = None  # the refresh waits for the window opening then
+    wake_at: datetime | None = None  # the refresh waits until then (a window, a cooldown)
     degraded: bool = False
     rate_limited: bool = False
     # For the lockstep rules (planner.lockstep): what this decision moved, found, judged.

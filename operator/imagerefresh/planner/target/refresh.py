@@ -130,7 +130,7 @@ def _wait_for_window(decision: Decision, plan: str, note: str) -> TargetOutcome:
     )
     if decision.previous_phase is not Phase.WAITING or decision.status.message != message:
         decision.event("Normal", reasons.WAITING_FOR_WINDOW, message)
-    decision.outcome.window_opens = opens
+    decision.outcome.wake_at = opens
     return decision.finish(Phase.WAITING, message)
 
 
