@@ -18,10 +18,10 @@ from imagerefresh.models.policy import WorkloadKind
 from imagerefresh.reference import parse
 
 __all__ = [
-    "Condition",
-    "ConditionType",
     "MAX_FAILED_BUILDS",
     "MAX_SEEN",
+    "Condition",
+    "ConditionType",
     "ContainerStatus",
     "FailedBuild",
     "PendingPurpose",
