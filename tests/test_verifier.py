@@ -9,6 +9,7 @@ registry answers, and cosign's real signatures, are tests/registry's and tests/s
 from __future__ import annotations
 
 import asyncio
+import itertools
 from dataclasses import dataclass, field
 
 from imagerefresh.credentials import Credentials
@@ -110,7 +111,7 @@ def test_an_unsigned_digest_is_asked_again_from_the_next_interval_doubling_up_to
         if len(recorder.asked) > before:
             asked_at.append(clock.now)
         clock.now += INTERVAL
-    gaps = [round((b - a) / INTERVAL) for a, b in zip(asked_at, asked_at[1:], strict=False)]
+    gaps = [round((b - a) / INTERVAL) for a, b in itertools.pairwise(asked_at)]
     assert gaps[:5] == [1, 2, 4, 8, 16]
     assert max(gaps) == MAX_BACKOFF / INTERVAL == 24
     assert all(recorder.asked[i].startswith("legacy") for i in range(0, len(recorder.asked), 2))
