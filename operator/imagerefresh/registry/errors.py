@@ -1,7 +1,7 @@
 """Every way asking a registry for a digest can fail, as one hierarchy.
 
 The client translates transport exceptions and HTTP answers into these in one place
-(:func:`imagerefresh.registry.client.translate`), so callers handle registry trouble by kind,
+(:func:`imagerefresh.registry.transport.translate`), so callers handle registry trouble by kind,
 never by status code. Each message says what happened and what to do about it. None of them
 ever carries a credential or a token.
 
