@@ -1,4 +1,4 @@
-"""Resolve a tag to its digest at the registry the image names.
+"""Resolve a tag to its digest at the registry the image names, and read what signs a digest.
 
 One resolution is one ``HEAD /v2/<path>/manifests/<tag>`` with the four manifest media types
 (OCI index, Docker manifest list, OCI manifest, Docker manifest v2) so that a multi-platform tag
@@ -11,7 +11,7 @@ pin can never point at content the mirror does not hold. ``docker.io`` is served
 ``registry-1.docker.io``. Plain HTTP is used only for hosts on the operator's insecure list.
 
 The registry is hostile until proven otherwise. Each lookup — a resolution, an index's
-children — has a total deadline (retries and token requests included),
+children, a digest's signatures — has a total deadline (retries and token requests included),
 not only a per-read timeout, so a registry dripping its answer cannot hold a tick, and waits
 for its turn at the registry's concurrency gate within it. Manifests are read up to 4 MiB; a
 GET fallback must answer 200 with a manifest media type and a JSON body. The rest is in the
@@ -20,7 +20,9 @@ modules the client is made of:
 * :mod:`.transport` — one request: retries, redirects only to HTTPS, size caps, identity
   encoding only, ``Retry-After``, counting, and :func:`~.transport.translate`, the one place
   failures become :mod:`.errors`;
-* :mod:`.authflow` — the challenge and token flow, tokens cached per credential and scope.
+* :mod:`.authflow` — the challenge and token flow, tokens cached per credential and scope;
+* :mod:`.repository` and :mod:`.signatures` — reading one repository's manifests and blobs,
+  and what cosign stored for a digest.
 
 Every response's rate-limit headers feed the :class:`~imagerefresh.ratelimit.RateLimitLedger`,
 under the account of the credentials used
@@ -45,6 +47,8 @@ from imagerefresh.ratelimit import RateLimitLedger, RateLimitReport, RequestKind
 from imagerefresh.reference import ImageReference, InvalidReference, parse_digest, registry_host
 from imagerefresh.registry.authflow import MAX_TOKEN_BYTES, Authenticator
 from imagerefresh.registry.errors import RegistryError, RegistryProtocolError
+from imagerefresh.registry.repository import MANIFEST_MEDIA_TYPES, RepositoryReader
+from imagerefresh.registry.signatures import NoReferrersApi, read_bundles, read_legacy
 from imagerefresh.registry.transport import (
     MAX_REDIRECTS,
     MAX_RETRY_AFTER,
@@ -58,6 +62,7 @@ from imagerefresh.registry.transport import (
     retry_after_seconds,
     translate,
 )
+from imagerefresh.signatures import BundleEvidence, LegacyEvidence
 
 __all__ = [
     "DEFAULT_CONCURRENCY_PER_REGISTRY",
@@ -79,12 +84,6 @@ __all__ = [
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
 
-MANIFEST_MEDIA_TYPES = (
-    "application/vnd.oci.image.index.v1+json",
-    "application/vnd.docker.distribution.manifest.list.v2+json",
-    "application/vnd.oci.image.manifest.v1+json",
-    "application/vnd.docker.distribution.manifest.v2+json",
-)
 # The multi-platform kinds among them: their ``manifests`` are the platform manifests.
 INDEX_MEDIA_TYPES = frozenset(MANIFEST_MEDIA_TYPES[:2])
 # Digest algorithms a body is checked against (the OCI image spec registers these two).
@@ -116,7 +115,8 @@ class Resolution:
 
 
 class RegistryClient:
-    """An async client that resolves image tags to digests, with auth and rate accounting."""
+    """An async client that resolves image tags to digests and reads their signatures, with
+    auth and rate accounting."""
 
     def __init__(
         self,
@@ -153,6 +153,8 @@ class RegistryClient:
         )
         self._auth = Authenticator(self._sender, clock)
         self.tokens = self._auth.tokens
+        # Registries found without the referrers API are not asked for it again for a while.
+        self.no_referrers_api = NoReferrersApi(clock)
 
     @property
     def insecure_registries(self) -> frozenset[str]:
@@ -202,6 +204,56 @@ class RegistryClient:
             tracked,
             f"reading the index {digest} of {tracked.repository}",
         )
+
+    async def legacy_signature(
+        self, reference: ImageReference, digest: str, credentials: Credentials | None = None
+    ) -> LegacyEvidence | None:
+        """What the legacy ``sha256-<hex>.sig`` tag of ``digest`` holds in ``reference``'s
+        repository, for :func:`imagerefresh.signatures.verify`; None when there is no such tag.
+
+        A HEAD of the tag (no pull) — all an unsigned digest costs; then a GET of its manifest
+        by the digest the HEAD answered (a pull), and a blob GET per simple-signing layer (not
+        a pull). Every failure other than absence is a :class:`RegistryError`, at the latest
+        when the deadline passes.
+        """
+        tracked = reference.tracked()
+        host = registry_host(tracked.domain)
+        return await self._bounded(
+            read_legacy(self._reader(tracked, host, credentials), parse_digest(digest)),
+            host,
+            tracked,
+            f"reading the legacy signature of {digest} in {tracked.repository}",
+        )
+
+    async def bundle_signatures(
+        self, reference: ImageReference, digest: str, credentials: Credentials | None = None
+    ) -> tuple[BundleEvidence, ...]:
+        """The referrers of ``digest`` in ``reference``'s repository that may be Sigstore
+        bundles, each with its bundle blob, for :func:`imagerefresh.signatures.verify`; empty
+        when it has none.
+
+        The referrers API (a pull), or on a registry without it the fallback tag
+        ``sha256-<hex>`` (a HEAD; a GET, a pull, only when it exists); then per referrer a GET
+        of its manifest (a pull) and a blob GET (not a pull). Every failure other than absence
+        is a :class:`RegistryError`, at the latest when the deadline passes.
+        """
+        tracked = reference.tracked()
+        host = registry_host(tracked.domain)
+        return await self._bounded(
+            read_bundles(
+                self._reader(tracked, host, credentials),
+                parse_digest(digest),
+                self.no_referrers_api,
+            ),
+            host,
+            tracked,
+            f"reading the referrers of {digest} in {tracked.repository}",
+        )
+
+    def _reader(
+        self, tracked: ImageReference, host: str, credentials: Credentials | None
+    ) -> RepositoryReader:
+        return RepositoryReader(self._auth, tracked, host, credentials)
 
     async def _bounded(
         self, work: Coroutine[object, object, T], host: str, tracked: ImageReference, what: str
