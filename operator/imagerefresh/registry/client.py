@@ -94,6 +94,8 @@ MAX_MANIFEST_BYTES = 4 * 1024 * 1024
 # slowly the registry answers: a stalled registry never holds a tick for long.
 DEFAULT_DEADLINE = 20.0
 DEFAULT_CONCURRENCY_PER_REGISTRY = 4
+# A lookup whose turn at the registry comes with less of its deadline left does not start.
+_LAST_MOMENT = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,10 +264,17 @@ class RegistryClient:
         included, so that a registry that never answers holds each caller for the deadline at
         most, however many queue for it; its errors name the reference they were about."""
         gate = self._gates.setdefault(host, asyncio.Semaphore(self.concurrency_per_registry))
+        loop = asyncio.get_running_loop()
         try:
             try:
-                async with asyncio.timeout(self.deadline):
+                async with asyncio.timeout(self.deadline) as deadline:
                     async with gate:
+                        # A turn freed by lookups that just timed out comes to the lookups
+                        # queued with them, a moment before their own deadline: too late to
+                        # send anything that could be answered.
+                        left = (deadline.when() or 0) - loop.time()
+                        if left < min(_LAST_MOMENT, self.deadline / 20):
+                            raise TimeoutError
                         return await work
             except TimeoutError:
                 work.close()  # never started when the deadline passed in the queue
