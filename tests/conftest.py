@@ -23,4 +23,5 @@ pytest_plugins = [
     "support.realnode_env",
     "support.cosign_env",
     "support.referrers_env",
+    "support.signed_images",
 ]
