@@ -40,6 +40,7 @@ async def test_reads_and_decisions_take_slots_and_waiting_on_a_registry_takes_no
         ledger=anything,
         config=OperatorConfig(tick_concurrency=3),
         metrics=Metrics(),
+        verifier=anything,
     )
     reading, resolving, deciding = Counted(), Counted(), Counted()
     waiting = asyncio.Event()
