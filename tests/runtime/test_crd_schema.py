@@ -245,6 +245,7 @@ def test_the_kinds_schema_is_found_by_its_group_version_kind_not_its_list() -> N
     "document",
     [
         {},
+        {"components": []},
         {"components": {"schemas": []}},
         {"components": {"schemas": {"x": {"type": "object"}}}},
         {"components": {"schemas": {"x": {"x-kubernetes-group-version-kind": [GVK]}}}},

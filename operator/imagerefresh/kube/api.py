@@ -795,7 +795,8 @@ def _first_change(response: Any) -> dict[str, Any] | None:
 def _kind_schema(document: Mapping[str, Any], what: str) -> dict[str, Any]:
     """The schema of ImageRefreshPolicy in an OpenAPI v3 document: the one whose
     ``x-kubernetes-group-version-kind`` names it (its List kind is another)."""
-    schemas = (document.get("components") or {}).get("schemas")
+    components = document.get("components")
+    schemas = components.get("schemas") if isinstance(components, Mapping) else None
     if not isinstance(schemas, Mapping):
         raise KubeError(f"{what}: the answer is not an OpenAPI v3 document; retried next tick")
     wanted = {"group": POLICY_GROUP, "version": POLICY_VERSION, "kind": POLICY_KIND}
