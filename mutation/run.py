@@ -56,6 +56,7 @@ CORE = (
     "models/",
     "audit.py",
     "kube/namespaces.py",
+    "signatures/",
 )
 # The fast tests that cover it: no cluster, no registry process.
 TESTS = (
@@ -68,6 +69,7 @@ TESTS = (
     "tests/registry/test_registry_auth.py",
     "tests/test_audit.py",
     "tests/kube/test_kube_namespaces.py",
+    "tests/signatures/",
 )
 MARKERS = "not cluster and not registry"
 # The pytest plugin that makes property tests few and fixed (see hypothesis_profile.py).

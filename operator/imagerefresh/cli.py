@@ -65,6 +65,7 @@ from imagerefresh.runtime.gather import RESET_ANNOTATION, Gathered, PolicyUnread
 from imagerefresh.runtime.migrate import Migrator
 from imagerefresh.runtime.render import render_findings, render_plan
 from imagerefresh.runtime.ticker import PolicyTicker
+from imagerefresh.verifier import SignatureVerifier
 
 __all__ = ["main"]
 
@@ -440,9 +441,16 @@ def _runtime_parts(
         observer=metrics.registry_request,
     )
     resolver = SharedResolver(client, window=config.resolution_window)
+    verifier = SignatureVerifier(client, observer=metrics.signature_lookup)
     events = EventRecorder(api, on_dropped=metrics.events_dropped.inc)
     return PolicyTicker(
-        api=api, resolver=resolver, ledger=ledger, config=config, metrics=metrics, events=events
+        api=api,
+        resolver=resolver,
+        ledger=ledger,
+        config=config,
+        metrics=metrics,
+        events=events,
+        verifier=verifier,
     )
 
 

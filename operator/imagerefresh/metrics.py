@@ -35,7 +35,7 @@ from prometheus_client import (
     start_http_server,
 )
 
-from imagerefresh.models import PolicySpec, PolicyStatus
+from imagerefresh.models import Phase, PolicySpec, PolicyStatus
 from imagerefresh.ratelimit import RequestKind
 
 __all__ = ["Metrics"]
@@ -119,6 +119,24 @@ class Metrics:
             _TARGET,
             registry=r,
         )
+        self.untrusted = Gauge(
+            "imagerefresh_target_untrusted",
+            "1 while a desired digest of the target has no valid signature by a listed key",
+            _TARGET,
+            registry=r,
+        )
+        self.failed_builds = Gauge(
+            "imagerefresh_target_failed_builds",
+            "Builds whose rollout failed on the target, not tried again until a reset",
+            _TARGET,
+            registry=r,
+        )
+        self.signature_lookups = Counter(
+            "imagerefresh_signature_lookups",
+            "Signature verifications that read the registry, by verdict",
+            ["registry", "outcome"],
+            registry=r,
+        )
         self.tick_duration = Histogram(
             "imagerefresh_tick_duration_seconds",
             "Time for one policy tick",
@@ -183,12 +201,26 @@ class Metrics:
             self.refresh_attempts,
             self.frozen,
             self.locked,
+            self.untrusted,
+            self.failed_builds,
             self.tick_duration,
             self.ticks,
             self.follow_ups,
             self.last_tick,
             self.condition,
             self.status_writes,
+        )
+
+    @property
+    def _per_target(self) -> tuple[Gauge, ...]:
+        """Every family with (namespace, policy, kind, target) labels."""
+        return (
+            self.skip_streak,
+            self.refresh_attempts,
+            self.frozen,
+            self.locked,
+            self.untrusted,
+            self.failed_builds,
         )
 
     def set_leader(self, leading: bool) -> None:
@@ -200,6 +232,10 @@ class Metrics:
 
     def registry_request(self, registry: str, kind: RequestKind, outcome: str) -> None:
         self.registry_requests.labels(registry, str(kind), outcome).inc()
+
+    def signature_lookup(self, registry: str, outcome: str) -> None:
+        """One verification that read the registry: ``verified``, ``untrusted``, ``unreadable``."""
+        self.signature_lookups.labels(registry, outcome).inc()
 
     def record_status(
         self, namespace: str, policy: str, spec: PolicySpec, status: PolicyStatus
@@ -215,6 +251,8 @@ class Metrics:
             self.refresh_attempts.labels(*labels).set(target.refresh_attempts)
             self.frozen.labels(*labels).set(int(target.skip_streak >= spec.max_skip_ticks))
             self.locked.labels(*labels).set(int(target.locked_at is not None))
+            self.untrusted.labels(*labels).set(int(target.phase is Phase.UNTRUSTED))
+            self.failed_builds.labels(*labels).set(len(target.failed))
         self.forget_targets(namespace, policy, self._targets.get(key, set()) - targets)
         self._targets[key] = targets
 
@@ -242,7 +280,7 @@ class Metrics:
         """Remove the per-target series of ``targets`` ((kind, "namespace/name") pairs) of the
         policy: targets removed from its spec, or whose key changed."""
         for kind, name in targets:
-            for gauge in (self.skip_streak, self.refresh_attempts, self.frozen, self.locked):
+            for gauge in self._per_target:
                 gauge.remove(namespace, policy, kind, name)
         known = self._targets.get((namespace, policy))
         if known is not None:

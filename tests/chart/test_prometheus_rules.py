@@ -104,6 +104,7 @@ def policy(pod: str, start: int = 0, end: int = MINUTES) -> dict[str, str]:
         series("imagerefresh_ticks_total", **p, outcome="ok"): life(start, end, lambda m: m),
         series("imagerefresh_target_frozen", **t): life(start, end, 0),
         series("imagerefresh_target_locked", **t): life(start, end, 0),
+        series("imagerefresh_target_untrusted", **t): life(start, end, 0),
         series("imagerefresh_policy_condition", **p, condition="Ready"): life(start, end, 1),
         series("imagerefresh_policy_condition", **p, condition="Degraded"): life(start, end, 0),
         series("imagerefresh_policy_condition", **p, condition="RateLimited"): life(start, end, 0),
@@ -333,4 +334,30 @@ def test_operators_that_do_not_report_leadership_fire_no_leader(
         groups,
         running,
         [*quiet("ImageRefreshNoLeader", 4), fires(groups, "ImageRefreshNoLeader", 5, {})],
+    )
+
+
+# -- a target on an unsigned build ---------------------------------------------------------------
+
+
+def test_a_target_turning_untrusted_fires_at_once_and_goes_quiet_when_a_signed_build_lands(
+    groups: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    healthy = policy("op-a")
+    target = {"job": JOB, "pod": "op-a", "namespace": "tracebloc", "policy": "control-plane",
+              "kind": "Deployment", "target": "tracebloc/jobs-manager"}  # fmt: skip
+    untrusted = series("imagerefresh_target_untrusted", **target)
+    healthy[untrusted] = life(0, MINUTES, lambda m: int(10 <= m < 30))
+    labels = {"namespace": "tracebloc", "policy": "control-plane", "kind": "Deployment",
+              "target": "tracebloc/jobs-manager"}  # fmt: skip
+    rules_test(
+        tmp_path,
+        groups,
+        {**operator("op-a"), **target_up("op-a"), **healthy},
+        [
+            *quiet("ImageRefreshTargetUntrusted", 9),
+            fires(groups, "ImageRefreshTargetUntrusted", 10, labels),
+            fires(groups, "ImageRefreshTargetUntrusted", 29, labels),
+            *quiet("ImageRefreshTargetUntrusted", 30, 59),
+        ],
     )

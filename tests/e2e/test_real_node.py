@@ -265,6 +265,9 @@ def test_a_build_that_crashes_is_rolled_back_and_distinct_crashing_builds_lock_t
 
         found = eventually(judged, timeout=120, what=f"crashing build {attempt} judged {phase}")
         assert found["refreshAttempts"] == attempt
+        # Its pods ran it (containerd reported its image ID) and crashed: a build never to
+        # be tried here again, whatever the tag does.
+        assert found["failed"][0]["digest"] == bad.digest
         eventually(
             lambda: images(cluster, ns, "app") == {"app": pinned_good},
             timeout=30,
@@ -327,3 +330,59 @@ def test_readiness_that_never_comes_freezes_the_target_and_a_passing_probe_thaws
     assert thawed["skipStreak"] == 0
     assert images(cluster, ns, "app") == {"app": f"{reg}/{ns}/app@{newer.digest}"}
     assert image_id(real_node.running(ns, "app")[0]).endswith(f"@{newer.digest}")
+
+
+def test_a_build_the_node_cannot_pull_counts_an_attempt_but_is_not_barred(
+    node_operator: Operator,
+    cluster: Cluster,
+    real_node: RealNode,
+    pusher: ImagePusher,
+    policy_namespace: str,
+) -> None:
+    ns, reg = policy_namespace, node_operator.registry
+    good = pusher.push(f"{ns}/app", "prod", seed="pull-good", entrypoint=SLEEP)
+    pinned_good = f"{reg}/{ns}/app@{good.digest}"
+    deployment = real_node.deployment("app", pinned_good, readiness=["/bin/busybox", "true"])
+    deployment["spec"]["progressDeadlineSeconds"] = 10
+    cluster.apply(deployment, namespace=ns)
+    real_node.running(ns, "app")
+    cluster.apply(policy("control-plane", target("app", app=f"{reg}/{ns}/app:prod")), namespace=ns)
+    node_operator.wait_first_tick(ns, "control-plane")
+    # An index offering only arm64: the amd64 kubelet cannot pull it ("no match for platform").
+    foreign = pusher.push(
+        f"{ns}/app", "prod", seed="pull-foreign", kind="oci-index", entrypoint=SLEEP,
+        platforms=(("linux", "arm64"),),
+    )  # fmt: skip
+    node_operator.tick(ns, "control-plane")
+    assert images(cluster, ns, "app") == {"app": f"{reg}/{ns}/app@{foreign.digest}"}
+
+    def pull_failing() -> bool:
+        return any(
+            p["spec"]["containers"][0]["image"].endswith(foreign.digest)
+            and waiting_reason(p) in ("ErrImagePull", "ImagePullBackOff")
+            and not image_id(p)
+            for p in real_node.pods(ns, "app")
+        )
+
+    eventually(pull_failing, timeout=120, what="the kubelet failing to pull the foreign build")
+
+    def rolled_back() -> dict[str, Any] | None:
+        found = target_status(cluster, ns, "app")
+        return found if found["refreshAttempts"] == 1 and found.get("pending") is None else None
+
+    judged = eventually(rolled_back, timeout=120, what="the failed pull judged and rolled back")
+    assert judged["failed"] == []  # never ran: not the build's fault
+    messages = [
+        e["message"]
+        for e in cluster.get("events", "-n", ns)["items"]
+        if e["reason"] == "RefreshFailed"
+    ]
+    assert any("no pod ran the new image" in message for message in messages)
+    eventually(
+        lambda: images(cluster, ns, "app") == {"app": pinned_good},
+        timeout=30,
+        what="the rollback to the good build",
+    )
+    real_node.running(ns, "app")
+    node_operator.tick(ns, "control-plane")  # not barred: it is tried again
+    assert images(cluster, ns, "app") == {"app": f"{reg}/{ns}/app@{foreign.digest}"}

@@ -9,7 +9,7 @@ from imagerefresh.models import PendingPurpose, PendingRefresh
 from imagerefresh.planner import Event
 
 from support.ticks import JM, PM, T0, Tick, digest, evidence, key, spec, target
-from support.workloads import deployment
+from support.workloads import deployment, pod
 
 D1, D2, D3 = digest(1), digest(2), digest(3)
 JM_REPO = "tracebloc/jobs-manager"
@@ -41,13 +41,16 @@ def test_a_refresh_that_settles_is_announced_with_the_new_digest() -> None:
 def test_a_failed_refresh_warns_with_the_attempt_count_then_rolls_back() -> None:
     tick = Tick(spec(target("jobs-manager", api=JM), rolloutTimeout="1m"))
     tick.run({JOBS: evidence(settled(f"{JM_REPO}@{D1}"), digests={"api": D2})})
-    plan = tick.run({JOBS: evidence(unsettled(f"{JM_REPO}@{D2}"), digests={"api": D2})})
+    running_it = [pod("jobs-manager-new", {"api": f"docker.io/{JM_REPO}@{D2}"})]
+    plan = tick.run({JOBS: evidence(unsettled(f"{JM_REPO}@{D2}"), running_it, digests={"api": D2})})
     assert events(plan.events, "RefreshFailed", "RollingBack") == [
         (
             "Warning",
             "RefreshFailed",
             f"refresh of {WORKLOAD} failed (attempt 1 of 3): it made no progress for "
-            f"rolloutTimeout 1m0s (since {T0.isoformat()}); it reached 1 updated and 0 available",
+            f"rolloutTimeout 1m0s (since {T0.isoformat()}); it reached 1 updated and 0 available"
+            f"; {D2[:19]}… is not tried on this target again until a reset (imagerefresh reset "
+            "tracebloc/control-plane)",
         ),
         ("Warning", "RollingBack", f"rolling {WORKLOAD} back to api={JM_REPO}@{D1}"),
     ]

@@ -416,6 +416,7 @@ async def test_a_tick_under_an_outdated_crd_reads_no_target_and_only_marks_the_p
         ledger=anything,
         config=OperatorConfig(),
         metrics=metrics,
+        verifier=anything,
     )
     assert await ticker.tick("ns", "p") is None
     assert ticker.events.wait_idle(10)

@@ -315,7 +315,7 @@ def test_a_never_ready_target_freezes_while_the_others_refresh_and_thaws_when_it
     assert operator.metric("imagerefresh_target_frozen", **labels) == 0
 
 
-def test_a_refresh_that_never_becomes_ready_is_rolled_back_counted_and_locked_until_reset(
+def test_a_build_that_never_becomes_ready_is_rolled_back_never_retried_until_a_reset(
     operator: Operator,
     cluster: Cluster,
     pusher: ImagePusher,
@@ -331,33 +331,39 @@ def test_a_refresh_that_never_becomes_ready_is_rolled_back_counted_and_locked_un
     )
     operator.wait_first_tick(ns, "control-plane")
     assert pusher.push(f"{ns}/app", "prod", seed="deadline-bad").digest == bad  # tag → bad
-    locked = settle(operator, cluster, ns, "app", phase="Locked", timeout=120)
-    assert locked["refreshAttempts"] == 2
-    assert "imagerefresh reset" in locked["message"]
-    assert condition(cluster, ns, "Locked")["status"] == "True"
-    event_reasons(cluster, ns, "app", "RefreshFailed", "RefreshFailed", "RollingBack", "Locked")
-    # Rolled back to the images the refresh replaced.
+    barred = settle(operator, cluster, ns, "app", phase="Waiting", timeout=120)
+    assert barred["refreshAttempts"] == 1
+    assert [entry["digest"] for entry in barred["failed"]] == [bad]
+    assert f"{bad} failed its rollout here" in barred["message"]
+    assert "imagerefresh reset" in barred["message"]
+    event_reasons(cluster, ns, "app", "RefreshFailed", "RollingBack", "BuildFailed")
     eventually(
         lambda: images(cluster, ns, "app") == {"app": pinned_good},
         timeout=30,
         what="the rollback to the good digest",
     )
-    for _ in range(2):
+    for _ in range(2):  # the tag still answers the bad build: it is not tried again
         operator.tick(ns, "control-plane")
-        assert images(cluster, ns, "app") == {"app": pinned_good}  # no re-imaging while Locked
+        assert images(cluster, ns, "app") == {"app": pinned_good}
+    assert target_status(cluster, ns, "app")["refreshAttempts"] == 1
+    assert operator.metric("imagerefresh_target_failed_builds", namespace=ns) == 1
 
     reset = subprocess_run("reset", f"{ns}/control-plane", cluster=cluster)
     assert "reset requested" in reset.stdout
     operator.tick(ns, "control-plane")
     assert status(cluster, ns)["lastReset"]
     event_reasons(cluster, ns, "control-plane", "Reset")
-    # Cleared: the target is re-imaged at once, and the bad digest fails again — counted from
-    # zero, attempt 1 of 2: rolled back, it waits for the next tick instead of being Locked.
-    event_reasons(cluster, ns, "app", *["RefreshFailed"] * 3, "RolledBack", timeout=120)
+    # Cleared: the build is tried at once, fails again — counted from zero, attempt 1 of 2 —
+    # and is barred again.
+    event_reasons(cluster, ns, "app", *["RefreshFailed"] * 2, "RolledBack", timeout=120)
     after = eventually(
-        lambda: (found := target_status(cluster, ns, "app"))["phase"] == "Waiting" and found,
+        lambda: (
+            (found := target_status(cluster, ns, "app"))["phase"] == "Waiting"
+            and found["failed"]
+            and found
+        ),
         timeout=30,
-        what="the target to wait for its next tick",
+        what="the build barred again",
     )
     assert after["refreshAttempts"] == 1
 

@@ -266,11 +266,14 @@ class ImagePusher:
         seed: str,
         kind: str = "oci-manifest",
         entrypoint: tuple[str, ...] | None = None,
+        platforms: tuple[tuple[str, str], ...] = PLATFORMS,
     ) -> PushedImage:
         """Push ``path:tag``; kind is ``oci-manifest``, ``oci-index`` or ``docker-list``.
 
         A different ``seed`` gives different content, hence a new digest for the same tag.
         ``entrypoint`` makes an image a real node can run (busybox and that command).
+        ``platforms``: what an index or list offers (one a node lacks is an image its kubelet
+        cannot pull: "no match for platform in manifest").
         """
         if kind == "oci-manifest":
             manifest = self._image_manifest(path, seed, False, PLATFORMS[0], entrypoint)
@@ -281,7 +284,7 @@ class ImagePusher:
             (DOCKER_MANIFEST, DOCKER_LIST) if docker else (OCI_MANIFEST, OCI_INDEX)
         )
         entries = []
-        for platform in PLATFORMS:
+        for platform in platforms:
             child = self._image_manifest(path, seed, docker, platform, entrypoint)
             child_digest, child_body = self._manifest(path, "tmp-" + seed, child_type, child)
             entries.append(

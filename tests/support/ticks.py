@@ -21,6 +21,7 @@ from imagerefresh.planner import (
     Workload,
     plan_tick,
 )
+from imagerefresh.planner.evidence import SignatureOutcome
 from imagerefresh.ratelimit import BudgetSnapshot, RateLimitReport
 
 from support.workloads import Json
@@ -64,6 +65,7 @@ def evidence(
     digests: Mapping[str, str | Resolved | Unresolved] | None = None,
     identities: Mapping[str, str] | None = None,
     error: str | None = None,
+    signatures: Mapping[str, SignatureOutcome] | None = None,
 ) -> TargetEvidence:
     return TargetEvidence(
         workload=Workload.from_api(workload) if workload is not None else None,
@@ -74,6 +76,7 @@ def evidence(
             for name, value in (digests or {}).items()
         },
         identities=identities or {},
+        signatures=signatures or {},
     )
 
 

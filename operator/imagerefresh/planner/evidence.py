@@ -20,6 +20,7 @@ from imagerefresh.models import PolicySpec, PolicyStatus, WorkloadKind
 from imagerefresh.ratelimit import BudgetSnapshot
 from imagerefresh.reference import InvalidReference, parse, parse_digest
 from imagerefresh.rollout import RolloutProgress, RolloutVerdict, rollout_progress, rollout_verdict
+from imagerefresh.signatures import Untrusted, Verified
 
 __all__ = [
     "ALWAYS",
@@ -32,6 +33,8 @@ __all__ = [
     "ObservedPod",
     "PolicyView",
     "Resolved",
+    "SignatureOutcome",
+    "SignaturesUnreadable",
     "TargetEvidence",
     "TargetKey",
     "TickInput",
@@ -246,6 +249,23 @@ DigestOutcome = Resolved | Unresolved
 
 
 @dataclass(frozen=True, slots=True)
+class SignaturesUnreadable:
+    """The registry could not be read for ``digest``'s signatures: nothing is pinned on it.
+
+    Only a 404 at every place a signature may be stored means unsigned (an
+    :class:`~imagerefresh.signatures.Untrusted` verdict); any other failure is this.
+    """
+
+    digest: str
+    message: str
+
+
+# With spec.verify, what the shell found for a container's desired digest: verified by a listed
+# key, signed by none (which check failed), or not readable.
+SignatureOutcome = Verified | Untrusted | SignaturesUnreadable
+
+
+@dataclass(frozen=True, slots=True)
 class TargetEvidence:
     """Everything read for one target. ``workload`` None with no ``error`` means it is absent."""
 
@@ -254,6 +274,9 @@ class TargetEvidence:
     pods: tuple[ObservedPod, ...] = ()
     digests: Mapping[str, DigestOutcome] = field(default_factory=lambda: _EMPTY)
     identities: Mapping[str, str] = field(default_factory=lambda: _EMPTY)  # registry → identity
+    # With spec.verify: container → what its desired digest's signatures say (absent: not read,
+    # which the planner treats as unreadable — nothing is pinned on it).
+    signatures: Mapping[str, SignatureOutcome] = field(default_factory=lambda: _EMPTY)
 
 
 @dataclass(frozen=True, slots=True)

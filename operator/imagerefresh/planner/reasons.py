@@ -23,6 +23,10 @@ FROZEN = "Frozen"
 LOCKED = "Locked"
 WAITING_FOR_WINDOW = "WaitingForWindow"  # a drifted target waits for its next refresh window
 LOCKSTEP_WAITING = "LockstepWaiting"  # a drifted target waits for a lockstep peer that cannot move
+UNTRUSTED = "Untrusted"  # with spec.verify: a desired digest has no valid signature
+SIGNATURES_UNREADABLE = "SignaturesUnreadable"  # its signatures could not be read: not pinned
+COOLING_DOWN = "CoolingDown"  # a new digest waits out spec.minimumAge
+BUILD_FAILED = "BuildFailed"  # a digest whose rollout failed here before is not tried again
 
 # Events about the policy.
 RESET = "Reset"  # the reset annotation was honoured
@@ -69,6 +73,10 @@ TARGET_EVENTS = (
     LOCKED,
     WAITING_FOR_WINDOW,
     LOCKSTEP_WAITING,
+    UNTRUSTED,
+    SIGNATURES_UNREADABLE,
+    COOLING_DOWN,
+    BUILD_FAILED,
 )
 # Posted about the policy alone.
 POLICY_EVENTS = (

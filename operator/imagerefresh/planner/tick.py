@@ -20,6 +20,7 @@ from imagerefresh.models import (
     Phase,
     PolicyStatus,
     RegistryStatus,
+    SeenDigest,
     TargetSpec,
     TargetStatus,
 )
@@ -32,7 +33,14 @@ from imagerefresh.planner.conditions import (
     derive_conditions,
     worst_phase,
 )
-from imagerefresh.planner.evidence import PolicyView, TargetEvidence, TargetKey, TickInput
+from imagerefresh.planner.cooldown import observe
+from imagerefresh.planner.evidence import (
+    PolicyView,
+    Resolved,
+    TargetEvidence,
+    TargetKey,
+    TickInput,
+)
 from imagerefresh.planner.lockstep import (
     NO_ORDERS,
     LockstepOrders,
@@ -108,6 +116,7 @@ def revise_target(
             "registries": status.registries,
             "last_reset": status.last_reset,
             "last_window_override": status.last_window_override,
+            "seen": status.seen,
         }
     )
 
@@ -160,7 +169,9 @@ class _Targets:
     change; :attr:`decisions` counts every decision made.
     """
 
-    def __init__(self, tick: TickInput, reset: bool, window: WindowState) -> None:
+    def __init__(
+        self, tick: TickInput, reset: bool, window: WindowState, seen: tuple[SeenDigest, ...]
+    ) -> None:
         policy, spec = tick.policy, tick.policy.spec
         self.tick = tick
         self.keys = [policy.target_key(index) for index in range(len(spec.targets))]
@@ -172,6 +183,7 @@ class _Targets:
             reset,
             window=window,
             follow_up=tick.follow_up,
+            seen={entry.tracked: entry for entry in seen},
         )
         self.twice = {key for key, count in Counter(self.keys).items() if count > 1}
         self.previous = {_key(status): status for status in policy.status.targets}
@@ -233,6 +245,30 @@ class _Targets:
         self.settle_lockstep(self.order(wanted))
 
 
+def _seen(tick: TickInput) -> tuple[SeenDigest, ...]:
+    """The cooldown's clock after this tick's answers (:mod:`.cooldown`): kept only with
+    ``minimumAge``, and moved only by a tick that asked the registries (not a follow-up)."""
+    spec, before = tick.policy.spec, tick.policy.status.seen
+    if not spec.minimum_age:
+        return ()
+    if tick.follow_up:
+        return before
+    tracked: list[str] = []
+    answers: dict[str, set[str]] = {}
+    for index, target in enumerate(spec.targets):
+        evidence = tick.evidence.get(tick.policy.target_key(index), _NOT_READ)
+        for container in target.containers:
+            if container.digest is not None:
+                continue  # a pin never asks the registry, and never cools down
+            reference = str(container.tracked)
+            tracked.append(reference)
+            outcome = evidence.digests.get(container.name)
+            if isinstance(outcome, Resolved):
+                answers.setdefault(reference, set()).add(outcome.digest)
+    frozen = {reference: frozenset(digests) for reference, digests in answers.items()}
+    return observe(before, tracked, frozen, tick.now)
+
+
 def plan_tick(tick: TickInput) -> Plan:
     """Decide one tick of one policy. Pure: the same input always gives the same plan."""
     policy, spec, before = tick.policy, tick.policy.spec, tick.policy.status
@@ -250,7 +286,8 @@ def plan_tick(tick: TickInput) -> Plan:
         and policy.window_override != before.last_window_override
     )
     window = OPEN if override else window_state(spec.windows, tick.now)
-    planned = _Targets(tick, reset, window)
+    seen = _seen(tick)
+    planned = _Targets(tick, reset, window, seen)
     planned.settle_lockstep()
     planned.spend_budget()
     outcomes = planned.decided()
@@ -296,6 +333,7 @@ def plan_tick(tick: TickInput) -> Plan:
             "last_window_override": (
                 policy.window_override if override else before.last_window_override
             ),
+            "seen": seen,
         }
     )
     waits = [o.wake_at for _, o in outcomes if o.wake_at is not None]

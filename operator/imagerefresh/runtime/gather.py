@@ -35,6 +35,7 @@ from imagerefresh.planner import (
     Workload,
     in_flight,
 )
+from imagerefresh.planner.evidence import SignatureOutcome, SignaturesUnreadable
 from imagerefresh.planner.windows import WINDOW_OVERRIDE_ANNOTATION
 from imagerefresh.ratelimit import BudgetSnapshot, RateLimitLedger
 from imagerefresh.reference import InvalidReference, parse, registry_host
@@ -46,6 +47,7 @@ from imagerefresh.resolver import (
     SharedResolver,
 )
 from imagerefresh.runtime.config import OperatorConfig
+from imagerefresh.verifier import SignatureVerifier, VerifyRequest
 
 __all__ = [
     "RESET_ANNOTATION",
@@ -59,6 +61,7 @@ __all__ = [
     "policy_view",
     "read_targets",
     "resolve_digests",
+    "verify_signatures",
 ]
 
 log = structlog.get_logger(__name__)
@@ -239,7 +242,10 @@ async def _read_all(
 
 
 def _evidence(
-    read: _Read, digests: Mapping[str, DigestOutcome], identities: Mapping[str, str]
+    read: _Read,
+    digests: Mapping[str, DigestOutcome],
+    identities: Mapping[str, str],
+    signatures: Mapping[str, SignatureOutcome],
 ) -> TargetEvidence:
     if read.error is not None:
         return TargetEvidence(error=read.error)
@@ -247,7 +253,7 @@ def _evidence(
         return TargetEvidence()
     if read.unreadable is not None or read.parsed is None:
         return TargetEvidence(error=read.unreadable or _unreadable(ValueError("no workload")))
-    return TargetEvidence(read.parsed, None, read.pods, digests, identities)
+    return TargetEvidence(read.parsed, None, read.pods, digests, identities, signatures)
 
 
 def _identities(
@@ -311,6 +317,8 @@ class TargetReads:
     wanted: dict[tuple[TargetKey, str], ResolutionKey] = field(default_factory=dict)
     identities: dict[TargetKey, dict[str, str]] = field(default_factory=dict)
     accounts: dict[tuple[str, str], str] = field(default_factory=dict)  # (host, name) → account
+    # (target, registry host) → the pull secret's credentials the registry is asked with
+    credentials: dict[tuple[TargetKey, str], Credentials | None] = field(default_factory=dict)
 
 
 async def read_targets(
@@ -353,6 +361,7 @@ async def read_targets(
                     container.tracked, credentials
                 )
     found.identities, found.accounts = _identities(chosen)
+    found.credentials = chosen
     return found
 
 
@@ -422,6 +431,73 @@ async def resolve_digests(
     return digests, outcomes
 
 
+Signatures = dict[TargetKey, dict[str, SignatureOutcome]]
+Verdicts = Mapping[VerifyRequest, SignatureOutcome]
+
+
+def _verify_requests(
+    found: TargetReads, digests: Digests
+) -> dict[tuple[TargetKey, str], VerifyRequest]:
+    """(target, container) → what verifying its desired digest asks: with ``spec.verify``, for
+    every container of a target read this tick whose desired digest is known (its pin, or what
+    its tag resolved to) — the digest a refresh would pin, or the one its pods already run."""
+    spec = found.view.spec
+    if spec.verify is None:
+        return {}
+    keys, interval = spec.verify.keys, spec.interval.total_seconds()
+    requests = {}
+    for index, target in enumerate(spec.targets):
+        key = found.view.target_key(index)
+        if key not in found.reads:
+            continue
+        for container in target.containers:
+            outcome = digests.get(key, {}).get(container.name)
+            digest = container.digest or (outcome.digest if isinstance(outcome, Resolved) else None)
+            if digest is None:
+                continue
+            host = registry_host(container.tracked.domain)
+            requests[(key, container.name)] = VerifyRequest(
+                container.tracked, digest, keys, found.credentials.get((key, host)), interval
+            )
+    return requests
+
+
+async def verify_signatures(
+    found: TargetReads,
+    digests: Digests,
+    verifier: SignatureVerifier,
+    *,
+    asked_at: float | None = None,
+    known: Verdicts | None = None,
+) -> tuple[Signatures, Verdicts]:
+    """With ``spec.verify``: each container's desired digest's signatures, as the verifier
+    finds them (remembered, or read now); and the raw verdicts.
+
+    ``known``: verdicts this tick already has; a digest not among them is not looked up (it
+    is unreadable this tick) — for a tick that read again after waiting on a registry.
+    """
+    requests = _verify_requests(found, digests)
+    if known is not None:
+        verdicts: Verdicts = {r: known.get(r) or _not_verified(r) for r in requests.values()}
+    else:
+        since = (
+            verifier.clock() - max(0.0, time.time() - asked_at) if asked_at is not None else None
+        )
+        verdicts = await verifier.verify(requests.values(), since=since)
+    signatures: Signatures = {}
+    for (key, name), request in requests.items():
+        signatures.setdefault(key, {})[name] = verdicts[request]
+    return signatures, verdicts
+
+
+def _not_verified(request: VerifyRequest) -> SignatureOutcome:
+    return SignaturesUnreadable(
+        request.digest,
+        "not verified this tick: the workload changed while its registry was asked; it is "
+        "verified at the next tick",
+    )
+
+
 def _not_asked(key: ResolutionKey) -> ResolutionOutcome:
     return RegistryUnavailable(
         f"not resolved this tick: the workload changed while its registry was asked, and "
@@ -439,11 +515,16 @@ def assemble(
     budgets: Mapping[tuple[str, str], BudgetSnapshot] | None = None,
     *,
     follow_up: bool = False,
+    signatures: Signatures | None = None,
 ) -> Gathered:
-    """The planner's input from a tick's reads and digests (``budgets``: see :func:`budgets`)."""
+    """The planner's input from a tick's reads, digests and (with ``spec.verify``) signature
+    verdicts (``budgets``: see :func:`budgets`)."""
     view = found.view
+    verdicts = signatures or {}
     evidence = {
-        key: _evidence(read, digests.get(key, {}), found.identities.get(key, {}))
+        key: _evidence(
+            read, digests.get(key, {}), found.identities.get(key, {}), verdicts.get(key, {})
+        )
         for key, read in found.reads.items()
     }
     workloads = {
@@ -482,17 +563,21 @@ async def gather(
     follow_up: bool = False,
     shared_reads: ReadCache | None = None,
     asked_at: float | None = None,
+    verifier: SignatureVerifier | None = None,
 ) -> Gathered:
     """Everything one tick of ``policy`` decides on (``claimed_elsewhere``: other policies'
     containers, see :mod:`.claims`; ``shared_reads``: ServiceAccounts and pull secrets read
     by the policies ticking together, see :class:`ReadCache`), budgets as ``ledger`` has them.
+    ``verifier``: where signature verdicts are remembered (none: verified afresh, with the
+    resolver's registry client).
 
     ``follow_up``: a tick between interval ticks that judges only the rollouts in flight —
     only their workloads are read, and the registry is asked nothing already answered.
     ``asked_at`` (epoch seconds): a tick someone asked for then — no registry answer whose
     request started before it is taken, and ServiceAccounts and pull secrets are read anew.
     The operator's ticks run the same steps apart (:func:`read_targets`,
-    :func:`resolve_digests`, :func:`assemble`), so that waiting on a registry holds nothing else.
+    :func:`resolve_digests`, :func:`verify_signatures`, :func:`assemble`), so that waiting on a
+    registry holds nothing else.
     """
     found = await read_targets(
         policy,
@@ -504,6 +589,15 @@ async def gather(
         asked_at=asked_at,
     )
     digests, _ = await resolve_digests(found, resolver, follow_up=follow_up, asked_at=asked_at)
+    signatures, _ = await verify_signatures(
+        found, digests, verifier or SignatureVerifier(resolver.client), asked_at=asked_at
+    )
     return assemble(
-        found, digests, now, config, budgets(ledger, found.accounts), follow_up=follow_up
+        found,
+        digests,
+        now,
+        config,
+        budgets(ledger, found.accounts),
+        follow_up=follow_up,
+        signatures=signatures,
     )

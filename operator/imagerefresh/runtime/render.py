@@ -19,14 +19,18 @@ def _short(value: str | None) -> str:
 
 
 def render_plan(gathered: Gathered, plan: Plan) -> str:
-    """A table of target, container, live, desired, action and pull policy, then each target's
+    """A table of target, container, live, desired, action and pull policy (and, with
+    ``spec.verify``, the key that verified the desired digest, or "no"), then each target's
     message and a warning for each container pulled ``Always`` (not offline-safe)."""
     changes = {
         (str(patch.target), change.container): f"{patch.purpose} → {_short(change.image)}"
         for patch in plan.patches
         for change in patch.changes
     }
-    rows = [("TARGET", "CONTAINER", "LIVE", "DESIRED", "ACTION", "PULL")]
+    verify = gathered.tick.policy.spec.verify is not None
+    rows: list[tuple[str, ...]] = [
+        ("TARGET", "CONTAINER", "LIVE", "DESIRED", "ACTION", "PULL", "SIGNED BY")
+    ]
     notes = []
     for target in plan.status.targets:
         label = f"{target.kind} {target.namespace}/{target.name}"
@@ -35,10 +39,14 @@ def render_plan(gathered: Gathered, plan: Plan) -> str:
             action = changes.get((label, container.name), idle)
             desired = container.desired[:19] + "…" if container.desired else "unknown"
             pull = container.pull_policy or "-"
-            rows.append((label, container.name, _short(container.live), desired, action, pull))
+            signed = container.verified_by[:19] + "…" if container.verified_by else "no"
+            live = _short(container.live)
+            rows.append((label, container.name, live, desired, action, pull, signed))
         if not target.containers:
-            rows.append((label, "-", "-", "-", str(target.phase), "-"))
+            rows.append((label, "-", "-", "-", str(target.phase), "-", "-"))
         notes.append(f"{label}: {target.phase}: {target.message}")
+    if not verify:
+        rows = [row[:6] for row in rows]
     notes += [
         f"warning: {target.kind} {target.namespace}/{target.name} container {c.name!r} has "
         "imagePullPolicy Always: not offline-safe (a restart needs the registry); set "
@@ -47,7 +55,7 @@ def render_plan(gathered: Gathered, plan: Plan) -> str:
         for c in target.containers
         if c.pull_policy == ALWAYS
     ]
-    widths = [max(len(row[i]) for row in rows) for i in range(6)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     table = "\n".join(
         "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows
     )

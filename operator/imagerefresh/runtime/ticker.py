@@ -42,14 +42,17 @@ from imagerefresh.runtime.gather import (
     Digests,
     Gathered,
     PolicyUnreadable,
+    Signatures,
     TargetReads,
     assemble,
     budgets,
     gather,
     read_targets,
     resolve_digests,
+    verify_signatures,
 )
 from imagerefresh.runtime.schema import CrdCheck
+from imagerefresh.verifier import SignatureVerifier
 
 __all__ = ["PolicyTicker", "TickOutcome"]
 
@@ -98,8 +101,11 @@ class PolicyTicker:
         metrics: Metrics,
         events: EventRecorder | None = None,
         clock: Callable[[], datetime] = _utcnow,
+        verifier: SignatureVerifier | None = None,
     ) -> None:
         self.api, self.resolver, self.ledger = api, resolver, ledger
+        # Signature verdicts live as long as the process (never in status).
+        self.verifier = verifier if verifier is not None else SignatureVerifier(resolver.client)
         self.config, self.metrics, self.clock = config, metrics, clock
         self.events = events if events is not None else EventRecorder(api)
         # Whether the installed CRD stores every field we use; asked before each tick acts.
@@ -138,6 +144,7 @@ class PolicyTicker:
             now=self.clock(),
             claimed_elsewhere=self.claims.elsewhere(metadata["namespace"], metadata["name"]),
             shared_reads=self.shared_reads,
+            verifier=self.verifier,
         )
         return gathered, plan_tick(gathered.tick)
 
@@ -183,6 +190,9 @@ class PolicyTicker:
                 digests, answers = await resolve_digests(
                     found, self.resolver, follow_up=follow_up, asked_at=asked_at
                 )
+                signatures, verdicts = await verify_signatures(
+                    found, digests, self.verifier, asked_at=asked_at
+                )
             finally:
                 if resolving is not None:
                     resolving(False)
@@ -194,7 +204,10 @@ class PolicyTicker:
                         return None
                     policy, found = read
                     digests, _ = await resolve_digests(found, self.resolver, known=answers)
-                result = await self._decide(policy, found, digests, follow_up)
+                    signatures, _ = await verify_signatures(
+                        found, digests, self.verifier, known=verdicts
+                    )
+                result = await self._decide(policy, found, digests, signatures, follow_up)
                 ticks.decided += 1
             outcome = "ok"
             return result
@@ -235,11 +248,18 @@ class PolicyTicker:
         return policy, found
 
     async def _decide(
-        self, policy: dict[str, Any], found: TargetReads, digests: Digests, follow_up: bool
+        self,
+        policy: dict[str, Any],
+        found: TargetReads,
+        digests: Digests,
+        signatures: Signatures,
+        follow_up: bool,
     ) -> TickOutcome:
         """Plan on the evidence, apply the plan, and say what is in flight."""
         now = self.clock()
-        gathered = assemble(found, digests, now, self.config, follow_up=follow_up)
+        gathered = assemble(
+            found, digests, now, self.config, follow_up=follow_up, signatures=signatures
+        )
         plan, reservations, planning = await self._plan(gathered)
         applied = await apply_plan(plan, policy, gathered, self.api, now, self.events)
         landed = {*applied.patched, *applied.unknown}

@@ -53,14 +53,23 @@ _END = "-----END PUBLIC KEY-----"
 _VerifyingKey = ec.EllipticCurvePublicKey | rsa.RSAPublicKey
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class PublicKey:
-    """One usable key: its fingerprint, what it is, and the scheme it verifies with."""
+    """One usable key: its fingerprint, what it is, and the scheme it verifies with.
+
+    Two keys are the same key when their fingerprints are (the canonical DER is one per key).
+    """
 
     fingerprint: str  # sha256:<hex of the DER's sha256>
     kind: str  # "ECDSA P-256", "ECDSA P-384", "RSA 3072"
     _key: _VerifyingKey
     _hash: hashes.HashAlgorithm
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PublicKey) and other.fingerprint == self.fingerprint
+
+    def __hash__(self) -> int:
+        return hash(self.fingerprint)
 
     def verifies(self, signature: bytes, message: bytes) -> bool:
         """Whether ``signature`` is this key's signature over ``message``."""

@@ -69,5 +69,5 @@ def plan_target(
     skipped = skip_unsettled(decision, workload)
     if skipped is not None:
         return skipped
-    comparison = screen(decision, workload, compare(decision, workload))
+    comparison = screen(decision, compare(decision, workload))
     return conclude(decision, workload, comparison)

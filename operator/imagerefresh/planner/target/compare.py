@@ -57,12 +57,19 @@ def compare(decision: Decision, workload: Workload) -> Comparison:
 
 
 def conclude(decision: Decision, workload: Workload, comparison: Comparison) -> TargetOutcome:
-    """Current when nothing drifted; otherwise the drift goes to the refresh."""
+    """Current when nothing drifted and nothing is held; otherwise the drift goes to the
+    refresh, and the containers the gates hold are named."""
     decision.outcome.current.update(comparison.current)
     unresolved = comparison.unresolved
     if unresolved:
         decision.outcome.degraded = True
+    held = "; ".join(hold.message for hold in decision.holds)
     note = f"; not resolved, left alone: {'; '.join(unresolved)}" if unresolved else ""
+    if held and not comparison.drifted:
+        if decision.locked:
+            return decision.finish(Phase.LOCKED, decision.locked_message(f"held: {held}{note}"))
+        return decision.finish(Phase.WAITING, f"held: {held}{note}")
+    note = f"; held: {held}{note}" if held else note
     if not comparison.drifted:
         if unresolved:
             return decision.finish(Phase.ERROR, f"registry unreadable, nothing patched{note}")

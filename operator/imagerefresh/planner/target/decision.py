@@ -15,14 +15,17 @@ reset clears it — raising ``maxRefreshAttempts`` does not.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from types import MappingProxyType
 
 from imagerefresh.models import (
     ContainerSpec,
     PendingRefresh,
     Phase,
     PolicySpec,
+    SeenDigest,
     TargetSpec,
     TargetStatus,
 )
@@ -35,6 +38,7 @@ from imagerefresh.reference import InvalidReference, parse
 
 __all__ = [
     "Decision",
+    "Hold",
     "TargetContext",
     "TargetOutcome",
     "normalised",
@@ -55,6 +59,21 @@ class TargetContext:
     reset: bool
     window: WindowState = OPEN  # whether a refresh may start now (spec.windows, or an override)
     follow_up: bool = False  # a tick that follows rollouts: it judges, it starts no refresh
+    # The cooldown's clock after this tick's answers: tracked reference → since when its tag
+    # has answered its digest (planner.cooldown).
+    seen: Mapping[str, SeenDigest] = field(default_factory=lambda: MappingProxyType({}))
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """A container a gate of step j keeps where it is this tick (planner.target.gates)."""
+
+    phase: Phase  # what it makes the target, at least (the worst phase wins)
+    reason: str  # the event's reason
+    message: str  # "<container>: why, and what to do", for the status and the event
+    warning: bool = False
+    until: datetime | None = None  # when it may pass (a cooldown's end): the policy ticks then
+    degraded: bool = False  # unreadable evidence: the tick is Degraded
 
 
 @dataclass(slots=True)
@@ -110,11 +129,13 @@ class Decision:
         self.ctx, self.target, self.key, self.evidence = ctx, target, key, evidence
         self.orders = orders
         self.previous_phase = previous.phase if previous else None
+        self.previous_message = previous.message if previous else ""
+        self.holds: list[Hold] = []
         base = previous or TargetStatus(
             kind=key.kind, namespace=key.namespace, name=key.name, phase=Phase.CURRENT
         )
         if ctx.reset:
-            base = replace_status(base, refresh_attempts=0, contested=0, locked_at=None)
+            base = replace_status(base, refresh_attempts=0, contested=0, locked_at=None, failed=())
         elif base.refresh_attempts >= ctx.spec.max_refresh_attempts and base.locked_at is None:
             # At the ceiling (a lowered maxRefreshAttempts, a status written by someone else)
             # the lock holds from now on: a refresh in flight that settles cannot lift it.
@@ -129,9 +150,24 @@ class Decision:
     def event(self, kind: str, reason: str, message: str) -> None:
         self.outcome.events.append(Event(kind, reason, message, self.key))  # type: ignore[arg-type]
 
+    def hold(self, hold: Hold) -> None:
+        """A gate keeps one container where it is: the target's phase is at least
+        ``hold.phase``; its event is posted when the hold is new (its message not already
+        in the target's), so a hold that lasts posts once."""
+        self.holds.append(hold)
+        if hold.degraded:
+            self.outcome.degraded = True
+        if hold.until is not None:
+            wake = self.outcome.wake_at
+            self.outcome.wake_at = hold.until if wake is None else min(wake, hold.until)
+        if hold.message not in self.previous_message:
+            self.event("Warning" if hold.warning else "Normal", hold.reason, hold.message)
+
     def finish(self, phase: Phase, message: str) -> TargetOutcome:
         if self.at_ceiling and self.status.locked_at is None:
             self.update(locked_at=self.ctx.now)
+        # A container a gate holds makes the target at least that bad (the worst phase wins).
+        phase = min((phase, *(h.phase for h in self.holds)), key=lambda p: p.severity)
         self.update(phase=phase, message=message)
         if phase is not self.previous_phase:
             self._transition_event(phase, message)

@@ -1,28 +1,146 @@
 """What may be pinned: the stage between the comparison and the refresh where gates stand.
 
-The spec's step j lists the conditions a digest must meet before a container is refreshed to
-it (a valid signature with ``verify``, a tag that has answered it for ``minimumAge``, a digest
-not on the target's failed list). Each is a gate of this stage: it sees the whole comparison —
-the drift it may hold, and the current containers, since pods already running a digest that
-fails a gate must not make the target Current — and returns it with the containers it holds
-taken out of the drift. A held container is left as it is, as one whose digest could not be
-resolved is, while the target's other containers still refresh.
+The spec's step j. A container is refreshed to digest D only when every gate lets D through:
 
-The stage runs after the pending patch was judged and after the skip step, so verdicts and
-rollbacks never pass through it: a rollback restores what ran, whatever a gate says.
+1. **signature** (with ``spec.verify``): D carries a valid signature by a listed key. Unsigned,
+   signed by another key, for another digest or repository, or tampered: the target is
+   Untrusted (a Warning naming D and the check that failed). Signatures that could not be read
+   (anything but a 404 everywhere) hold D too, as unreadable evidence: Error, Degraded. Digest
+   pins are verified too, and so are digests the pods already run: a container running an
+   unverified D is held, never Current (nothing is patched either way).
+2. **failed build**: D is not on the target's ``failed`` list — a build whose rollout failed here
+   is not tried again until a reset (Waiting, BuildFailed), even when the tag moves away and
+   back.
+3. **cooldown** (with ``spec.minimumAge``): the tag has answered D for that long
+   (:mod:`~imagerefresh.planner.cooldown`); until then Waiting, CoolingDown, and the policy is
+   ticked when it ends. Digest pins and adoptions do not wait.
 
-No gate is defined: every container passes as compared.
+A held container is left as it is, as one whose digest could not be resolved is, while the
+target's other containers still refresh; the target takes the worst phase of its holds and of
+what the rest came to (see :meth:`~.decision.Decision.finish`). A held container is neither
+starting nor current, so a lockstep group with such a member holds, as it does for a Frozen one.
+
+The stage runs after the pending patch was judged and after the skip step: verdicts and
+rollbacks never pass through it, since a rollback restores what ran, whatever a gate says.
 """
 
 from __future__ import annotations
 
-from imagerefresh.planner.evidence import Workload
+from dataclasses import replace
+
+from imagerefresh.models import ContainerSpec, ContainerStatus, Phase, format_duration
+from imagerefresh.models.base import format_timestamp
+from imagerefresh.planner import reasons
+from imagerefresh.planner.cooldown import cooled_at
+from imagerefresh.planner.evidence import SignaturesUnreadable
 from imagerefresh.planner.target.compare import Comparison
-from imagerefresh.planner.target.decision import Decision
+from imagerefresh.planner.target.decision import Decision, Hold, short
+from imagerefresh.signatures import Untrusted, Verified
 
 __all__ = ["screen"]
 
 
-def screen(decision: Decision, workload: Workload, comparison: Comparison) -> Comparison:
-    """The comparison as the gates let it through to the refresh."""
-    return comparison
+def screen(decision: Decision, comparison: Comparison) -> Comparison:
+    """The comparison as the gates let it through to the refresh; each hold is recorded on
+    ``decision`` (its event, its wake-up, whether it degrades the tick)."""
+    specs = {c.name: c for c in decision.target.containers}
+    holds: dict[str, Hold] = {}
+    for name, digest in comparison.drifted.items():
+        hold = (
+            _signature(decision, name, digest)
+            or _failed_build(decision, name, digest)
+            or _cooling_down(decision, specs[name], digest)
+        )
+        if hold is not None:
+            holds[name] = hold
+    for name, digest in comparison.current.items():
+        hold = _signature(decision, name, digest)
+        if hold is not None:
+            holds[name] = hold
+    _report_verified(decision)
+    for name in sorted(holds):
+        decision.hold(holds[name])
+    return replace(
+        comparison,
+        drifted={n: d for n, d in comparison.drifted.items() if n not in holds},
+        current={n: d for n, d in comparison.current.items() if n not in holds},
+    )
+
+
+def _signature(decision: Decision, name: str, digest: str) -> Hold | None:
+    """Hold ``digest`` unless it carries a valid signature by a listed key (with verify)."""
+    if decision.ctx.spec.verify is None:
+        return None
+    found = decision.evidence.signatures.get(name)
+    if isinstance(found, Verified) and found.digest == digest:
+        return None
+    if isinstance(found, Untrusted) and found.digest == digest:
+        return Hold(
+            Phase.UNTRUSTED,
+            reasons.UNTRUSTED,
+            f"{name}: {digest} carries no valid signature by a key of spec.verify "
+            f"({found.failure}: {found.detail}); it is not pinned — sign that digest with one "
+            "of the listed keys (cosign sign --key), or push a signed build",
+            warning=True,
+        )
+    why = (
+        found.message
+        if isinstance(found, SignaturesUnreadable) and found.digest == digest
+        else "they were not read this tick"
+    )
+    return Hold(
+        Phase.ERROR,
+        reasons.SIGNATURES_UNREADABLE,
+        f"{name}: the signatures of {short(digest)} could not be read ({why}); nothing is "
+        "pinned on them",
+        warning=True,
+        degraded=True,
+    )
+
+
+def _failed_build(decision: Decision, name: str, digest: str) -> Hold | None:
+    """Hold ``digest`` if its rollout failed on this target before (until a reset)."""
+    build = next((b for b in decision.status.failed if b.digest == digest), None)
+    if build is None:
+        return None
+    return Hold(
+        Phase.WAITING,
+        reasons.BUILD_FAILED,
+        f"{name}: {digest} failed its rollout here at {format_timestamp(build.at)}; it is not "
+        f"tried again on this target — push a fixed build, or reset to retry it: imagerefresh "
+        f"reset {decision.ctx.policy}",
+    )
+
+
+def _cooling_down(decision: Decision, container: ContainerSpec, digest: str) -> Hold | None:
+    """Hold a new digest of a tag until the tag has answered it for ``spec.minimumAge``."""
+    age = decision.ctx.spec.minimum_age
+    if not age or container.digest is not None:
+        return None
+    tracked, now = str(container.tracked), decision.ctx.now
+    ready = cooled_at(decision.ctx.seen, tracked, digest, age, now)
+    if ready <= now:
+        return None
+    since = ready - age
+    return Hold(
+        Phase.WAITING,
+        reasons.COOLING_DOWN,
+        f"{container.name}: {short(digest)} is cooling down — {tracked} has answered it since "
+        f"{format_timestamp(since)}; it is pinned from {format_timestamp(ready)} "
+        f"(spec.minimumAge {format_duration(age)})",
+        until=ready,
+    )
+
+
+def _report_verified(decision: Decision) -> None:
+    """``verifiedBy`` for each container whose desired digest a listed key verified."""
+    if decision.ctx.spec.verify is None:
+        return
+    decision.update(containers=tuple(_verified(decision, c) for c in decision.status.containers))
+
+
+def _verified(decision: Decision, container: ContainerStatus) -> ContainerStatus:
+    found = decision.evidence.signatures.get(container.name)
+    verified = isinstance(found, Verified) and found.digest == container.desired
+    key = found.key if verified and isinstance(found, Verified) else None
+    return container.model_copy(update={"verified_by": key})

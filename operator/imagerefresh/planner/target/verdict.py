@@ -5,7 +5,10 @@ success: ``refreshAttempts`` falls back to the contests a success never clears, 
 records the images, a Normal event. The controller reporting the rollout failed
 (``ProgressDeadlineExceeded``), or no progress within ``rolloutTimeout``, is a failure: one
 more attempt, a Warning event, with ``rollbackOnFailure`` a rollback to the images it replaced,
-and Locked at ``maxRefreshAttempts``.
+and Locked at ``maxRefreshAttempts``. A failed build whose pods got the image (they report
+running it: they crashed, never became ready, or stalled) enters the target's ``failed`` list
+and is not tried here again until a reset; one whose pods never pulled it (ErrImagePull, a 429,
+a missing secret, a pod never scheduled) is not the build's fault and enters nothing.
 
 With lockstep, peers bind the verdict: a refresh that settled while a peer still rolls out is
 held (Refreshing, not yet a success), and a peer's failure rolls this one back too without an
@@ -14,13 +17,15 @@ attempt counted against it.
 
 from __future__ import annotations
 
-from imagerefresh.models import PendingRefresh, Phase
+from imagerefresh.models import FailedBuild, PendingRefresh, Phase
+from imagerefresh.models.status import MAX_FAILED_BUILDS
 from imagerefresh.planner import reasons
-from imagerefresh.planner.evidence import Workload
+from imagerefresh.planner.evidence import Resolved, Workload
 from imagerefresh.planner.lockstep import Judged, Result
 from imagerefresh.planner.target.deadline import stalled, timed_out, track_progress
 from imagerefresh.planner.target.decision import Decision, TargetOutcome, short
 from imagerefresh.planner.target.rollback import send_rollback
+from imagerefresh.reference import parse
 from imagerefresh.rollout import RolloutState
 
 __all__ = ["judge_refresh"]
@@ -95,7 +100,8 @@ def _fail_refresh(
     decision.event(
         "Warning",
         reasons.REFRESH_FAILED,
-        f"refresh of {decision.key} failed (attempt {attempts} of {ceiling}): {why}",
+        f"refresh of {decision.key} failed (attempt {attempts} of {ceiling}): {why}"
+        f"{_record_failed_builds(decision, pending)}",
     )
     if not decision.ctx.spec.rollback_on_failure or decision.ctx.spec.dry_run:
         decision.update(pending=None)
@@ -109,3 +115,30 @@ def _fail_refresh(
     if decision.locked:
         return decision.finish(Phase.LOCKED, decision.locked_message(f"{why}; rolling back"))
     return decision.finish(Phase.ROLLING_BACK, detail)
+
+
+def _record_failed_builds(decision: Decision, pending: PendingRefresh) -> str:
+    """Enter the digests this refresh moved to whose pods got the image in the target's
+    ``failed`` list (newest first, bounded); what the event says of them."""
+    builds = {}
+    for name, image in sorted(pending.images.items()):
+        digest = parse(image).digest
+        if name not in pending.adopted and digest is not None and _pulled(decision, name, digest):
+            builds[digest] = FailedBuild(digest=digest, at=decision.ctx.now)
+    if not builds:
+        return "; no pod ran the new image, so the build is not blamed: it may be tried again"
+    older = (build for build in decision.status.failed if build.digest not in builds)
+    decision.update(failed=(*builds.values(), *older)[:MAX_FAILED_BUILDS])
+    return (
+        f"; {', '.join(short(d) for d in builds)} is not tried on this target again until a "
+        f"reset (imagerefresh reset {decision.ctx.policy})"
+    )
+
+
+def _pulled(decision: Decision, name: str, digest: str) -> bool:
+    """Whether a pod of the workload reports running ``digest`` (or a platform manifest of
+    it) in container ``name``: the kubelet pulled it and started it."""
+    outcome = decision.evidence.digests.get(name)
+    wanted = outcome if isinstance(outcome, Resolved) and outcome.digest == digest else None
+    image = wanted or Resolved(digest)
+    return any(image.is_content_of(pod.running.get(name)) for pod in decision.evidence.pods)

@@ -1,0 +1,173 @@
+"""Verify digests' signatures at their registry, and remember the verdicts in memory only.
+
+With ``spec.verify`` a digest is pinned only when it carries a valid cosign signature by a
+listed key. :class:`SignatureVerifier` reads the two places cosign stores signatures (the
+registry client does: HEAD before GET, every body capped, within a deadline, counted, manifest
+GETs charged to the pull budget) and hands the bytes to the pure
+:func:`imagerefresh.signatures.verify`.
+
+What it concludes is kept in this process's memory, keyed by (repository, digest, key set) —
+never in status, which anyone with ``update`` on the status subresource may write, so after a
+restart every digest is verified again. A verified digest costs nothing more: signatures of an
+immutable digest by a given key do not go away in any way that matters to a pin already
+checked. An unsigned (or wrongly signed) digest is asked again with backoff — at the policy's
+next interval, then doubling up to :data:`MAX_BACKOFF` — because signatures are often pushed
+after the image; a tick someone asked for (``refresh-now``) asks again at once. A registry that
+fails to answer is not remembered: the next tick asks again, and meanwhile nothing is pinned.
+
+The order of the lookups keeps the cost down: the legacy ``.sig`` tag first (one HEAD when
+there is none), the referrers only when it verified nothing. Callers asking about the same
+digest at once share one lookup.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import structlog
+
+from imagerefresh.credentials import Credentials
+from imagerefresh.planner.evidence import SignatureOutcome, SignaturesUnreadable
+from imagerefresh.reference import ImageReference, registry_host
+from imagerefresh.registry import RegistryClient, RegistryError
+from imagerefresh.signatures import PublicKey, Untrusted, Verified, verify
+
+__all__ = ["MAX_BACKOFF", "MAX_REMEMBERED", "SignatureVerifier", "VerifyRequest"]
+
+log = structlog.get_logger(__name__)
+
+# An unsigned digest is asked again at most this far apart.
+MAX_BACKOFF = 6 * 3600.0
+# Verdicts remembered (each a few hundred bytes); the least recently used are forgotten first.
+MAX_REMEMBERED = 4096
+
+# (registry host, outcome) → None: the metrics module counts lookups here.
+LookupObserver = Callable[[str, str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyRequest:
+    """One digest to verify: its tracked repository, the keys, and who asks the registry."""
+
+    repository: ImageReference  # the tracked reference (its repository is the claim checked)
+    digest: str
+    keys: tuple[PublicKey, ...]
+    credentials: Credentials | None = None
+    interval: float = 900.0  # the asking policy's interval: the first backoff step
+
+    @property
+    def memo(self) -> tuple[str, str, tuple[str, ...]]:
+        """What a verdict is about: the verdict does not depend on who read the signatures."""
+        return (
+            self.repository.repository,
+            self.digest,
+            tuple(sorted(k.fingerprint for k in self.keys)),
+        )
+
+
+@dataclass(slots=True)
+class _Remembered:
+    verdict: Verified | Untrusted
+    at: float  # when it was concluded (this verifier's clock)
+    misses: int = 0  # untrusted verdicts in a row: the backoff's exponent
+
+
+class SignatureVerifier:
+    """Verdicts on digests' signatures, looked up at the registry and remembered."""
+
+    def __init__(
+        self,
+        client: RegistryClient,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        observer: LookupObserver | None = None,
+    ) -> None:
+        self.client = client
+        self.clock = clock
+        self._observer = observer
+        self._verdicts: OrderedDict[tuple[str, str, tuple[str, ...]], _Remembered] = OrderedDict()
+        self._flying: dict[tuple[str, str, tuple[str, ...]], asyncio.Task[SignatureOutcome]] = {}
+
+    async def verify(
+        self, requests: Iterable[VerifyRequest], *, since: float | None = None
+    ) -> dict[VerifyRequest, SignatureOutcome]:
+        """A verdict for each request: remembered, or looked up now.
+
+        ``since`` (this verifier's clock): a tick asked for then — an untrusted verdict
+        concluded before it is asked again, whatever its backoff.
+        """
+        unique = list(dict.fromkeys(requests))
+        outcomes = await asyncio.gather(*(self._outcome(r, since) for r in unique))
+        return dict(zip(unique, outcomes, strict=True))
+
+    def _fresh(self, request: VerifyRequest, since: float | None) -> Verified | Untrusted | None:
+        remembered = self._verdicts.get(request.memo)
+        if remembered is None:
+            return None
+        self._verdicts.move_to_end(request.memo)
+        if isinstance(remembered.verdict, Verified):
+            return remembered.verdict
+        if since is not None and remembered.at < since:
+            return None
+        # Half an interval of slack: the next tick of the interval always asks again.
+        backoff = min(request.interval * 2 ** (remembered.misses - 1), MAX_BACKOFF)
+        due = remembered.at + backoff - request.interval / 2
+        return remembered.verdict if self.clock() < due else None
+
+    async def _outcome(self, request: VerifyRequest, since: float | None) -> SignatureOutcome:
+        fresh = self._fresh(request, since)
+        if fresh is not None:
+            return fresh
+        task = self._flying.get(request.memo)
+        if task is None:
+            task = asyncio.ensure_future(self._look_up(request))
+            self._flying[request.memo] = task
+            task.add_done_callback(lambda _: self._flying.pop(request.memo, None))
+        return await task
+
+    async def _look_up(self, request: VerifyRequest) -> SignatureOutcome:
+        host = registry_host(request.repository.domain)
+        try:
+            verdict = await self._read_and_verify(request)
+        except RegistryError as error:
+            self._observe(host, "unreadable")
+            return SignaturesUnreadable(request.digest, str(error))
+        except Exception as error:  # the last line: one digest, one outcome
+            log.exception("verifying a signature failed unexpectedly", digest=request.digest)
+            self._observe(host, "unreadable")
+            return SignaturesUnreadable(
+                request.digest,
+                f"verifying failed unexpectedly ({type(error).__name__}); this is a bug in "
+                "imagerefresh — report it with the operator's log",
+            )
+        self._remember(request, verdict)
+        self._observe(host, "verified" if isinstance(verdict, Verified) else "untrusted")
+        return verdict
+
+    async def _read_and_verify(self, request: VerifyRequest) -> Verified | Untrusted:
+        """The legacy tag first; the referrers only when it verified nothing."""
+        reference, digest, keys = request.repository, request.digest, request.keys
+        legacy = await self.client.legacy_signature(reference, digest, request.credentials)
+        if legacy is not None:
+            verdict = verify(digest, reference, keys, legacy=legacy)
+            if isinstance(verdict, Verified):
+                return verdict
+        bundles = await self.client.bundle_signatures(reference, digest, request.credentials)
+        return verify(digest, reference, keys, legacy=legacy, bundles=bundles)
+
+    def _remember(self, request: VerifyRequest, verdict: Verified | Untrusted) -> None:
+        before = self._verdicts.pop(request.memo, None)
+        misses = 0
+        if isinstance(verdict, Untrusted):
+            misses = (before.misses if before is not None else 0) + 1
+        self._verdicts[request.memo] = _Remembered(verdict, self.clock(), misses)
+        while len(self._verdicts) > MAX_REMEMBERED:
+            self._verdicts.popitem(last=False)
+
+    def _observe(self, host: str, outcome: str) -> None:
+        if self._observer is not None:
+            self._observer(host, outcome)

@@ -1,0 +1,163 @@
+"""What may be pinned, end to end: builds that failed here, and the cooldown for new builds.
+
+The operator runs as ``imagerefresh run`` against the local cluster (kwok nodes) and the real
+registry; each verdict is read from what the API server stores: the pod template's image, the
+ReplicaSets a rollout left, the status the operator wrote, its events. Signatures have their own
+scenarios (test_signature_scenarios.py); a pull that fails is shown on the real node
+(tests/e2e/test_real_node.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from support.cluster_env import Cluster, eventually
+from support.operator_env import Operator
+from support.registry_env import ImagePusher
+from support.scenario import (
+    deployment,
+    event_messages,
+    event_reasons,
+    images,
+    policy,
+    running_good_digest_with_bad_next,
+    settle,
+    status,
+    target,
+    target_status,
+)
+
+pytestmark = pytest.mark.cluster
+
+
+def _templates(cluster: Cluster, ns: str) -> set[str]:
+    """Every image any ReplicaSet of the namespace was made for: what was ever rolled out."""
+    return {
+        container["image"]
+        for rs in cluster.get("rs", "-n", ns)["items"]
+        for container in rs["spec"]["template"]["spec"]["containers"]
+    }
+
+
+def test_a_failed_build_stays_barred_when_the_tag_moves_away_and_back_and_a_new_push_is_tried(
+    operator: Operator,
+    cluster: Cluster,
+    pusher: ImagePusher,
+    policy_namespace: str,
+) -> None:
+    ns, reg = policy_namespace, operator.registry
+    bad, _ = running_good_digest_with_bad_next(
+        cluster, pusher, ns, reg, "away", progressDeadlineSeconds=2
+    )
+    cluster.apply(policy("control-plane", target("app", app=f"{reg}/{ns}/app:prod")), namespace=ns)
+    operator.wait_first_tick(ns, "control-plane")
+    pusher.push(f"{ns}/app", "prod", seed="away-bad")  # tag → bad
+    settle(operator, cluster, ns, "app", phase="Waiting", timeout=120)
+    assert [f["digest"] for f in target_status(cluster, ns, "app")["failed"]] == [bad]
+
+    fixed = pusher.push(f"{ns}/app", "prod", seed="away-fixed")  # a new push is tried
+    operator.tick(ns, "control-plane")
+    assert images(cluster, ns, "app") == {"app": f"{reg}/{ns}/app@{fixed.digest}"}
+    current = settle(operator, cluster, ns, "app")
+    assert current["refreshAttempts"] == 0  # the success clears the failed attempt
+
+    assert pusher.push(f"{ns}/app", "prod", seed="away-bad").digest == bad  # back to it
+    operator.tick(ns, "control-plane")
+    back = target_status(cluster, ns, "app")
+    assert back["phase"] == "Waiting"
+    assert f"{bad} failed its rollout here" in back["message"]
+    assert images(cluster, ns, "app") == {"app": f"{reg}/{ns}/app@{fixed.digest}"}
+    assert [f["digest"] for f in back["failed"]] == [bad]
+    messages = event_messages(cluster, ns, "app", "BuildFailed")
+    assert len(messages) == 2  # once when barred, once when the tag came back to it
+    assert all(bad in message for message in messages)
+
+
+def _cooling(cluster: Cluster, pusher: ImagePusher, ns: str, reg: str, age: str) -> str:
+    """Deployment ``app`` pinned to a first build, a policy on its tag with ``minimumAge``;
+    the first build's digest."""
+    first = pusher.push(f"{ns}/app", "prod", seed=f"{ns}-first")
+    cluster.apply(deployment("app", {"app": f"{reg}/{ns}/app@{first.digest}"}), namespace=ns)
+    cluster.kubectl("rollout", "status", "-n", ns, "deployment/app", "--timeout=60s")
+    cluster.apply(
+        policy("control-plane", target("app", app=f"{reg}/{ns}/app:prod"), minimumAge=age),
+        namespace=ns,
+    )
+    return first.digest
+
+
+def _seen(cluster: Cluster, ns: str) -> dict[str, Any]:
+    (entry,) = status(cluster, ns)["seen"]
+    return dict(entry)
+
+
+def test_two_pushes_within_the_cooldown_restart_its_clock_and_the_first_is_never_pinned(
+    operator: Operator, cluster: Cluster, pusher: ImagePusher, policy_namespace: str
+) -> None:
+    ns, reg = policy_namespace, operator.registry
+    first = _cooling(cluster, pusher, ns, reg, "1h")
+    operator.wait_first_tick(ns, "control-plane")
+    assert _seen(cluster, ns)["digest"] == first
+    assert target_status(cluster, ns, "app")["phase"] == "Current"
+
+    second = pusher.push(f"{ns}/app", "prod", seed="second")
+    operator.tick(ns, "control-plane")
+    cooling = target_status(cluster, ns, "app")
+    assert cooling["phase"] == "Waiting"
+    assert "spec.minimumAge 1h0m0s" in cooling["message"]
+    clock = _seen(cluster, ns)
+    assert clock["digest"] == second.digest
+    event_reasons(cluster, ns, "app", "CoolingDown")
+
+    third = pusher.push(f"{ns}/app", "prod", seed="third")  # the tag moves again
+    operator.tick(ns, "control-plane")
+    restarted = _seen(cluster, ns)
+    assert restarted["digest"] == third.digest
+    assert restarted["since"] >= clock["since"]
+    operator.tick(ns, "control-plane")  # a refresh-now shortens nothing
+    assert _seen(cluster, ns) == restarted
+    assert images(cluster, ns, "app") == {"app": f"{reg}/{ns}/app@{first}"}
+    assert _templates(cluster, ns) == {f"{reg}/{ns}/app@{first}"}
+
+
+def test_the_cooldown_clock_survives_a_restart_of_the_operator(
+    operator: Operator, cluster: Cluster, pusher: ImagePusher, policy_namespace: str
+) -> None:
+    ns, reg = policy_namespace, operator.registry
+    first = _cooling(cluster, pusher, ns, reg, "1h")
+    operator.wait_first_tick(ns, "control-plane")
+    pusher.push(f"{ns}/app", "prod", seed="after")
+    operator.tick(ns, "control-plane")
+    before = _seen(cluster, ns)
+    message = target_status(cluster, ns, "app")["message"]
+    operator.stop()
+    operator.start()
+    operator.wait_first_tick(ns, "control-plane")
+    operator.tick(ns, "control-plane")
+    assert _seen(cluster, ns) == before
+    assert target_status(cluster, ns, "app")["message"] == message
+    assert images(cluster, ns, "app") == {"app": f"{reg}/{ns}/app@{first}"}
+
+
+def test_a_cooled_down_build_is_pinned_when_its_cooldown_ends_with_no_tick_asked_for(
+    operator_without_interval_ticks: Operator,
+    cluster: Cluster,
+    pusher: ImagePusher,
+    policy_namespace: str,
+) -> None:
+    operator = operator_without_interval_ticks
+    ns, reg = policy_namespace, operator.registry
+    _cooling(cluster, pusher, ns, reg, "15s")
+    operator.wait_first_tick(ns, "control-plane")
+    later = pusher.push(f"{ns}/app", "prod", seed="later")
+    operator.tick(ns, "control-plane")
+    assert target_status(cluster, ns, "app")["phase"] == "Waiting"
+    # No interval tick falls inside this test (the operator's grid starts an interval after
+    # it did): only the wake-up at the cooldown's end can pin it now.
+    eventually(
+        lambda: images(cluster, ns, "app") == {"app": f"{reg}/{ns}/app@{later.digest}"},
+        timeout=90,
+        what="the build pinned when its cooldown ended",
+    )
