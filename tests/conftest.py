@@ -22,4 +22,6 @@ pytest_plugins = [
     "support.admission",
     "support.realnode_env",
     "support.cosign_env",
+    "support.referrers_env",
+    "support.signed_images",
 ]

@@ -112,14 +112,18 @@ def test_reserve_is_kept_for_the_kubelet(
         assert f"needs {pulls} and {reserve} stay reserved" in answer.reason
 
 
-def test_own_gets_lower_the_believed_remaining_heads_do_not() -> None:
+def test_own_gets_lower_the_believed_remaining_heads_tokens_and_blobs_do_not() -> None:
     budget = _budget(5)
     budget.record_request(RequestKind.HEAD, now=1001)
     budget.record_request(RequestKind.TOKEN, now=1001)
+    budget.record_request(RequestKind.BLOB, now=1001)  # Docker Hub counts no pull for a blob
     assert budget.estimated_remaining(now=1001) == 5
     budget.record_request(RequestKind.GET, now=1002)
     assert budget.estimated_remaining(now=1002) == 4
-    assert budget.requests == {RequestKind.HEAD: 1, RequestKind.TOKEN: 1, RequestKind.GET: 1}
+    assert budget.requests == {
+        RequestKind.HEAD: 1, RequestKind.TOKEN: 1, RequestKind.BLOB: 1, RequestKind.GET: 1,
+    }  # fmt: skip
+    assert [kind for kind in RequestKind if kind.is_pull] == [RequestKind.GET]
 
 
 def test_a_report_older_than_its_window_means_the_budget_rolled_over() -> None:

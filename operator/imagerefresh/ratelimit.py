@@ -71,11 +71,19 @@ MAX_SOURCE_LENGTH = 128
 
 
 class RequestKind(StrEnum):
-    """The kinds of registry request the operator makes; only GET costs a pull."""
+    """The kinds of registry request the operator makes; only GET (of a manifest, or of the
+    referrers of a digest) costs a pull. A blob GET (a signature's payload or bundle) is
+    counted but not charged: Docker Hub counts manifest GETs only."""
 
     TOKEN = "token"
     HEAD = "HEAD"
     GET = "GET"
+    BLOB = "blob"
+
+    @property
+    def is_pull(self) -> bool:
+        """Whether the registry charges the request to the pull budget."""
+        return self is RequestKind.GET
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,7 +184,7 @@ class PullBudget:
             self.window_started_at = now
             self.requests.clear()
         self.requests[kind] += 1
-        if kind is RequestKind.GET:
+        if kind.is_pull:
             self.pulls_since_report += 1
 
     def record_report(self, report: RateLimitReport, now: float) -> None:

@@ -31,6 +31,7 @@ from imagerefresh.handlers import GROUP, VERSION
 from imagerefresh.metrics import Metrics
 from imagerefresh.models import ConditionType, Phase
 from imagerefresh.planner import reasons
+from imagerefresh.ratelimit import RequestKind
 
 from support.docs import DOCS, REPO, anchors, code_spans, first_code, tables_with
 from support.helm_env import only, render
@@ -180,6 +181,14 @@ def test_every_metric_is_documented_with_its_type_and_labels_and_nothing_else() 
     families = _metric_families()
     assert set(documented) == set(families), _differ("metrics", set(families), set(documented))
     assert documented == families
+
+
+def test_every_registry_request_kind_is_documented_with_whether_it_is_a_pull() -> None:
+    (table,) = tables_with(DOCS / "metrics.md", "request kind", "pull")
+    documented = {first_code(row["request kind"]): row["pull"] for row in table.rows}
+    in_code = {str(kind): "yes" if kind.is_pull else "no" for kind in RequestKind}
+    assert set(documented) == set(in_code), _differ("request kinds", set(in_code), set(documented))
+    assert documented == in_code
 
 
 def test_every_alert_the_chart_renders_is_documented_with_its_runbook_and_nothing_else() -> None:

@@ -40,6 +40,7 @@ async def test_reads_and_decisions_take_slots_and_waiting_on_a_registry_takes_no
         ledger=anything,
         config=OperatorConfig(tick_concurrency=3),
         metrics=Metrics(),
+        verifier=anything,
     )
     reading, resolving, deciding = Counted(), Counted(), Counted()
     waiting = asyncio.Event()
@@ -61,7 +62,11 @@ async def test_reads_and_decisions_take_slots_and_waiting_on_a_registry_takes_no
 
     monkeypatch.setattr(ticker, "_read", read)
     monkeypatch.setattr(ticker, "_decide", decide)
+    async def verify(*_: Any, **__: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        return {}, {}  # signatures are read after the digests, as registry waits too
+
     monkeypatch.setattr(ticker_module, "resolve_digests", resolve)
+    monkeypatch.setattr(ticker_module, "verify_signatures", verify)
     ticks = asyncio.gather(*(ticker.tick("ns", f"p{i}") for i in range(20)))
     for _ in range(500):
         if resolving.now == 20:

@@ -24,6 +24,20 @@ misbehaves in exactly one way, chosen by :attr:`HostileRegistry.behaviour`:
                             open until the client gives up (or :meth:`HostileRegistry.stop`)
 ==========================  ==================================================================
 
+These misbehave only for requests whose path contains :attr:`HostileRegistry.only` (all
+requests when it is empty), and forward the others as they are — so that one signature
+manifest, one blob or the referrers endpoint can be singled out:
+
+==========================  ==================================================================
+``status``                  answers :attr:`status` with no body
+``oversized-get``           a GET answers 200 with a JSON body of :attr:`body_bytes`, chunked
+``tampered-get``            a GET answers what the registry sent with one byte more (a manifest
+                            no longer hashes to its digest, a blob no longer to its descriptor)
+``redirect-get``            a GET is redirected (302) to :attr:`redirect_to`
+``html-get``                a GET answers 200 ``text/html``, as a sign-in page or a catch-all
+                            route would
+==========================  ==================================================================
+
 ``require_basic`` adds a Basic challenge before any of it. It speaks HTTP itself over asyncio
 streams because an HTTP framework will neither send headers slowly nor a body that contradicts
 them; ``tls`` serves HTTPS. Every request is recorded as :class:`Received` — with its headers
@@ -60,6 +74,10 @@ OVERSIZED_MANIFEST_BYTES = 4 * 1024 * 1024 + 1
 OVERSIZED_TOKEN_BYTES = 64 * 1024 + 1
 # The platform manifest a tampered index adds: content the tag never named.
 TAMPERED_CHILD = "sha256:" + "e7" * 32
+# Behaviours that single out the requests whose path contains HostileRegistry.only.
+_SINGLED_OUT_BEHAVIOURS = frozenset(
+    {"status", "oversized-get", "tampered-get", "redirect-get", "html-get"}
+)
 # Behaviours that omit the digest from the HEAD and mangle the GET fallback's answer.
 _GET_FALLBACK_BEHAVIOURS = frozenset(
     {
@@ -96,6 +114,9 @@ class HostileRegistry:
     redirect_to: str | None = None  # scheme://host:port the redirect points at
     require_basic: bool = False
     tls: ssl.SSLContext | None = None
+    only: str = ""  # the behaviours of the second table apply to paths containing this
+    status: int = 500
+    body_bytes: int = OVERSIZED_MANIFEST_BYTES
 
     received: list[Received] = field(default_factory=list)
     port: int = 0
@@ -215,6 +236,10 @@ class HostileRegistry:
         if self.behaviour == "oversized-token" and "authorization" not in headers:
             challenge = f'Bearer realm="{self.url}/token",service="hostile"'
             return 401, [("WWW-Authenticate", challenge)], b"", False
+        if self.behaviour in _SINGLED_OUT_BEHAVIOURS and self.only in target:
+            singled_out = await self._singled_out(method, target, headers)
+            if singled_out is not None:
+                return singled_out
         if "/manifests/" in target and self.behaviour == "throttle":
             return 429, [("Retry-After", self.retry_after)], b"", False
         if "/manifests/" in target and self.behaviour == "redirect":
@@ -238,6 +263,26 @@ class HostileRegistry:
         if method == "HEAD":  # the digest header omitted: the client must GET the manifest
             return 200, [(n, v) for n, v in answer if n.lower() == "content-type"], b"", False
         return self._mangled(body)
+
+    async def _singled_out(
+        self, method: str, target: str, headers: dict[str, str]
+    ) -> tuple[int, list[tuple[str, str]], bytes, bool] | None:
+        """The answer of a behaviour of the second table; None: forward as it is."""
+        if self.behaviour == "status":
+            return self.status, [], b"", False
+        if method != "GET":
+            return None
+        if self.behaviour == "redirect-get":
+            assert self.redirect_to is not None
+            return 302, [("Location", f"{self.redirect_to}{target}")], b"", False
+        if self.behaviour == "html-get":
+            return 200, [("Content-Type", "text/html")], b"<html>Sign in</html>", False
+        upstream = await self._backend.get(target, headers={"Accept": headers.get("accept", "")})
+        kind = [("Content-Type", upstream.headers.get("content-type", OCI_MANIFEST))]
+        if self.behaviour == "tampered-get":
+            return upstream.status_code, kind, upstream.content + b" ", False
+        padding = self.body_bytes - len(b'{"pad":""}')
+        return 200, kind, b'{"pad":"' + b"x" * padding + b'"}', True
 
     def _mangled(self, manifest: bytes) -> tuple[int, list[tuple[str, str]], bytes, bool]:
         oci = [("Content-Type", OCI_MANIFEST)]

@@ -216,6 +216,19 @@ class ImagePusher:
         assert digest == "sha256:" + hashlib.sha256(body).hexdigest()
         return digest, body
 
+    def put_blob(self, path: str, content: bytes) -> str:
+        """Upload ``content`` as a blob of ``path``; its digest."""
+        return str(self._blob(path, content)["digest"])
+
+    def put_manifest(self, path: str, ref: str, media_type: str, body: bytes) -> str:
+        """PUT ``body`` as the manifest ``ref`` (a tag or its digest) of ``path``, byte for
+        byte; the digest the registry answered."""
+        answer = self.http.put(
+            f"/v2/{path}/manifests/{ref}", content=body, headers={"Content-Type": media_type}
+        )
+        answer.raise_for_status()
+        return str(answer.headers["docker-content-digest"])
+
     def _image_manifest(
         self,
         path: str,

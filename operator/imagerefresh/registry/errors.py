@@ -1,21 +1,24 @@
-"""Every way asking a registry for a digest can fail, as one hierarchy.
+"""Every way asking a registry for a digest, or for a digest's signatures, can fail, as one
+hierarchy.
 
 The client translates transport exceptions and HTTP answers into these in one place
-(:func:`imagerefresh.registry.client.translate`), so callers handle registry trouble by kind,
+(:func:`imagerefresh.registry.transport.translate`), so callers handle registry trouble by kind,
 never by status code. Each message says what happened and what to do about it. None of them
 ever carries a credential or a token.
 
 ``RegistryError``
   ├─ ``RegistryUnavailable``   — could not get an answer: retried with backoff
   │    ├─ ``RegistryUnreachable`` (connection refused, DNS, TLS)
-  │    ├─ ``RegistryTimeout`` (a read timed out, or the resolution's total deadline passed)
+  │    ├─ ``RegistryTimeout`` (a read timed out, or the lookup's total deadline passed)
   │    └─ ``RegistryServerError`` (5xx)
   ├─ ``RegistryThrottled``     — 429; the registry is paused until ``retry_at``
   ├─ ``RegistryAuthError``     — credentials missing or refused (401/403)
-  ├─ ``ManifestNotFound``      — the repository or tag does not exist (404)
+  ├─ ``ManifestNotFound``      — the repository or tag does not exist (404; where a signature
+  │                              may be absent, a 404 is an answer instead, never this error)
   ├─ ``RegistryProtocolError`` — an answer we cannot trust (malformed digest, bad token JSON,
   │                              a body over its cap, a compressed body, a redirect off HTTPS,
-  │                              a 2xx other than 200, a GET fallback that is no manifest…)
+  │                              a 2xx other than 200, a GET fallback that is no manifest, a
+  │                              manifest asked by digest that does not hash to it…)
   └─ ``RegistryInternalError`` — resolving failed in a way nobody foresaw (a bug): the
                                  resolver's last line, so one reference never fails another
 """

@@ -105,7 +105,7 @@ class PolicyTicker:
     ) -> None:
         self.api, self.resolver, self.ledger = api, resolver, ledger
         # Signature verdicts live as long as the process (never in status).
-        self.verifier = verifier if verifier is not None else SignatureVerifier(resolver.client)
+        self._verifier = verifier
         self.config, self.metrics, self.clock = config, metrics, clock
         self.events = events if events is not None else EventRecorder(api)
         # Whether the installed CRD stores every field we use; asked before each tick acts.
@@ -124,6 +124,13 @@ class PolicyTicker:
         # twice (the lock is held from the budget's snapshot to the reservation of its pulls).
         self._planner = ThreadPoolExecutor(1, thread_name_prefix="imagerefresh-plan")
         self._budget = asyncio.Lock()
+
+    @property
+    def verifier(self) -> SignatureVerifier:
+        """The verdicts on signatures (made with the resolver's client when none was given)."""
+        if self._verifier is None:
+            self._verifier = SignatureVerifier(self.resolver.client)
+        return self._verifier
 
     def forget(self, namespace: str, name: str) -> None:
         """The policy is gone: nothing of its ticks is kept."""

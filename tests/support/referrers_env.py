@@ -1,0 +1,123 @@
+"""A registry with the OCI referrers API: the ``referrers_registry`` fixture.
+
+distribution 2.8 (the ``registry`` fixture) has no referrers API, so cosign stores bundles there
+under the fallback tag; this registry has it, so cosign 3 attaches them through it and no
+fallback tag exists. It is go-containerregistry's ``pkg/registry`` (in memory, referrers on)
+behind our own few lines, ``e2e/referrers-registry/main.go``, pinned in ``e2e/versions.env``
+and built on demand by ``e2e/build-binaries referrers-registry`` (seconds once the module is in
+the Go module cache). One process per session, on a free loopback port it picks itself.
+
+Its access log — one line per request — is what tests read to assert what the registry
+received (:meth:`ReferrersRegistry.requests`).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from support.helm_env import BUILD_BINARIES
+
+__all__ = ["LoggedRequest", "ReferrersRegistry", "referrers_registry"]
+
+BUILD_TIMEOUT = 600
+# "2026/12/04 00:08:31.422671 GET /v2/app/referrers/sha256:… [404 CODE message]": the registry
+# logs a status only for the errors it answers.
+_ACCESS_LINE = re.compile(
+    r"^\d{4}/\d\d/\d\d \d\d:\d\d:\d\d\.\d+ (?P<method>[A-Z]+) (?P<target>\S+)"
+    r"(?: (?P<status>\d{3}) .*)?$"
+)
+
+
+@dataclass(frozen=True)
+class LoggedRequest:
+    """One request as the registry logged it."""
+
+    method: str
+    target: str  # path and query
+    status: int  # 200 for one answered without an error (the registry logs no status then)
+
+
+@dataclass
+class ReferrersRegistry:
+    """The registry process, its address and its access log."""
+
+    binary: Path
+    directory: Path
+    host: str = ""
+    process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def log(self) -> Path:
+        return self.directory / "access.log"
+
+    def start(self) -> ReferrersRegistry:
+        listening = self.directory / "listening"
+        with self.log.open("wb") as log, listening.open("wb") as out:
+            self.process = subprocess.Popen(
+                [str(self.binary), "-addr", "127.0.0.1:0"], stdout=out, stderr=log
+            )
+        try:
+            self.host = self._address(listening)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _address(self, listening: Path) -> str:
+        assert self.process is not None
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            said = listening.read_text()
+            if said.endswith("\n"):
+                return said.removeprefix("listening on ").strip()
+            if self.process.poll() is not None:
+                raise RuntimeError(f"referrers-registry exited:\n{self.log.read_text()[-2000:]}")
+            time.sleep(0.05)
+        raise RuntimeError("referrers-registry did not say where it listens within 20 s")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(10)
+
+    def requests(self) -> list[LoggedRequest]:
+        """Every request the registry logged, in order."""
+        found = []
+        for line in self.log.read_text().splitlines():
+            match = _ACCESS_LINE.match(line)
+            if match is not None:
+                status = int(match["status"]) if match["status"] else 200
+                found.append(LoggedRequest(match["method"], match["target"], status))
+        return found
+
+
+def _built() -> Path:
+    done = subprocess.run(
+        [str(BUILD_BINARIES), "referrers-registry"], capture_output=True, text=True,
+        timeout=BUILD_TIMEOUT, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        pytest.fail(
+            f"e2e/build-binaries referrers-registry failed:\n{done.stderr[-3000:]}", pytrace=False
+        )
+    bin_dir = subprocess.run(
+        [str(BUILD_BINARIES), "--print-bin-dir"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    return Path(bin_dir) / "referrers-registry"
+
+
+@pytest.fixture(scope="session")
+def referrers_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferrersRegistry]:
+    """A registry with the OCI referrers API on loopback (plain HTTP), built when missing."""
+    server = ReferrersRegistry(_built(), tmp_path_factory.mktemp("referrers-registry")).start()
+    try:
+        yield server
+    finally:
+        server.stop()
