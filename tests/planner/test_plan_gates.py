@@ -498,9 +498,9 @@ def test_a_build_failed_hold_and_a_cooldown_name_their_container_and_the_clock()
     tick = Tick(spec(target("jobs-manager", api=JM, **{"pods-monitor-container": PM}),
                      minimumAge="1h"))  # fmt: skip
     seen = (
-        SeenDigest(tracked=TRACKED, digest=D2, since=T0 - timedelta(minutes=20)),
+        SeenDigest(tracked=TRACKED, digest=D2, since=T0 - timedelta(minutes=50)),
         SeenDigest(tracked="docker.io/tracebloc/pods-monitor:prod", digest=P2,
-                   since=T0 - timedelta(minutes=50)),
+                   since=T0 - timedelta(minutes=20)),
     )  # fmt: skip
     tick.status = PolicyStatus(seen=seen)
     plan = one(tick, jobs(D1, monitor=P1), digests={"api": D2, "pods-monitor-container": P2})
@@ -508,7 +508,7 @@ def test_a_build_failed_hold_and_a_cooldown_name_their_container_and_the_clock()
     message = tick.target("jobs-manager").message
     assert (
         f"api: {short(D2)} is cooling down — {TRACKED} has answered it since "
-        "2026-11-29T11:40:00Z; it is pinned from 2026-11-29T12:40:00Z (spec.minimumAge 1h0m0s)"
+        "2026-11-29T11:10:00Z; it is pinned from 2026-11-29T12:10:00Z (spec.minimumAge 1h0m0s)"
     ) in message
     barred = Tick(spec(target("jobs-manager", api=JM)))
     barred.status = PolicyStatus(
@@ -583,3 +583,11 @@ def test_two_containers_that_failed_together_are_both_blamed_and_named() -> None
     assert {b.digest for b in tick.target("jobs-manager").failed} == {D2, P2}
     (event,) = [e for e in failed.events if e.reason == "RefreshFailed"]
     assert f"; {short(D2)}, {short(P2)} is not tried on this target again" in event.message
+
+
+def test_a_failure_blames_the_build_its_pods_ran_even_once_the_tag_has_moved_on() -> None:
+    tick = Tick(spec(target("jobs-manager", api=JM), rolloutTimeout="1m"))
+    one(tick, jobs(D1), digests={"api": D2})
+    ran = [pod("jm-new", {"api": f"docker.io/{JM_REPO}@{D2}"})]
+    one(tick, jobs(D2, generation=2, available=0), pods=ran, digests={"api": D3})
+    assert [b.digest for b in tick.target("jobs-manager").failed] == [D2]
