@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from imagerefresh.models import FailedBuild, Phase, PolicyStatus, SeenDigest, TargetStatus
-from imagerefresh.planner import Plan
+from imagerefresh.planner import Plan, revise_target
 from imagerefresh.planner.evidence import Resolved, SignaturesUnreadable, TargetEvidence
 from imagerefresh.signatures import Failure, Untrusted, Verified
 
@@ -591,3 +591,27 @@ def test_a_failure_blames_the_build_its_pods_ran_even_once_the_tag_has_moved_on(
     ran = [pod("jm-new", {"api": f"docker.io/{JM_REPO}@{D2}"})]
     one(tick, jobs(D2, generation=2, available=0), pods=ran, digests={"api": D3})
     assert [b.digest for b in tick.target("jobs-manager").failed] == [D2]
+
+
+def test_a_target_not_read_and_a_pinned_container_leave_the_other_clocks_running() -> None:
+    pinned = {"kind": "Deployment", "name": "pinned",
+              "containers": [{"name": "api", "image": JM, "digest": D3}]}  # fmt: skip
+    tick = Tick(
+        spec(pinned, target("jobs-manager", api=JM), target("gone", api=PM), minimumAge="1h")
+    )
+    tick.run(
+        {
+            key("pinned"): evidence(jobs(D3)),
+            JOBS: evidence(jobs(D1), digests={"api": D2}),
+        }  # "gone" was not read at all this tick
+    )
+    assert tick.status.seen == (SeenDigest(tracked=TRACKED, digest=D2, since=T0),)
+
+
+def test_a_status_revised_after_a_refused_patch_keeps_the_tick_s_clock() -> None:
+    tick = _cooling()
+    read = tick.input({}).policy  # the policy as the tick read it: no clock yet
+    plan = _at(tick, timedelta(), D2)
+    refused = plan.status.targets[0].model_copy(update={"phase": Phase.REFUSED})
+    revised = revise_target(read, plan.status, refused, T0)
+    assert revised.seen == plan.status.seen == (SeenDigest(tracked=TRACKED, digest=D2, since=T0),)
