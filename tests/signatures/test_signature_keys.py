@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import re
 
 import pytest
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa, x25519
+from cryptography.hazmat.primitives.asymmetric.types import PublicKeyTypes
 
 from imagerefresh.signatures import (
     MAX_KEYS,
@@ -21,7 +23,7 @@ from imagerefresh.signatures import (
 from support.signing import TestKey
 
 
-def _pem(key: ec.EllipticCurvePublicKey | rsa.RSAPublicKey | ed25519.Ed25519PublicKey) -> str:
+def _pem(key: PublicKeyTypes) -> str:
     return key.public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
     ).decode()
@@ -77,34 +79,75 @@ def _explicit_curve_pem() -> str:
     return f"-----BEGIN PUBLIC KEY-----\n{body}\n-----END PUBLIC KEY-----\n"
 
 
+PEM_BLOCK = (
+    "the public key must be one PEM block that starts with -----BEGIN PUBLIC KEY----- "
+    "(cosign.pub's form)"
+)
+NOT_READ = "the public key is not a public key cryptography can read: "
+
+
+def _x25519_pem() -> str:
+    # A key cryptography reads, but for key agreement: no signature scheme at all.
+    return _pem(x25519.X25519PrivateKey.generate().public_key())
+
+
+def _rsa_pem(bits: int) -> str:
+    # Only the public half is needed: any odd modulus of that many bits is a key to parse.
+    return _pem(rsa.RSAPublicNumbers(65537, (1 << (bits - 1)) | 1).public_key())
+
+
+# Each refusal as the policy's refusal shows it, whole: `says` must match all of it.
 @pytest.mark.parametrize(
     ("text", "says"),
     [
-        ("", "one PEM block"),
-        ("x" * (MAX_PEM_CHARS + 1), "at most 4096"),
-        (P256.pem + P256.pem, "one PEM block"),
-        ("garbage\n" + P256.pem, "one PEM block"),
-        (P256.pem.strip() + "\ntrailer", "must end with"),
-        (P256.private_pem.decode(), "private key"),
-        (P256.pem.replace("PUBLIC KEY", "RSA PUBLIC KEY"), "one PEM block"),
-        ("-----BEGIN PUBLIC KEY-----\n!!!!\n-----END PUBLIC KEY-----", "not valid base64"),
-        ("-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----", "cannot read|can read"),
-        (_pem(ec.generate_private_key(ec.SECP521R1()).public_key()), "only P-256 and P-384"),
-        (_pem(ec.generate_private_key(ec.SECP256K1()).public_key()), "only P-256 and P-384"),
-        (_pem(rsa.generate_private_key(65537, 1024).public_key()), "1024 bits"),
-        (_pem(ed25519.Ed25519PrivateKey.generate().public_key()), "Ed25519ph"),
-        (_explicit_curve_pem(), "canonical encoding|cannot read|can read"),
+        ("", re.escape(PEM_BLOCK)),
+        ("x" * (MAX_PEM_CHARS + 1),
+         "the public key is 4097 characters; one public key is at most 4096"),
+        (P256.pem + P256.pem, re.escape(PEM_BLOCK)),
+        ("garbage\n" + P256.pem, re.escape(PEM_BLOCK)),
+        (P256.pem.strip() + "\ntrailer", "the public key must end with -----END PUBLIC KEY-----"),
+        (P256.private_pem.decode(),
+         re.escape("the public key is a private key; list the public key (cosign.pub)")),
+        (P256.pem.replace("PUBLIC KEY", "RSA PUBLIC KEY"), re.escape(PEM_BLOCK)),
+        ("-----BEGIN PUBLIC KEY-----\n!!!!\n-----END PUBLIC KEY-----",
+         "the public key is not valid base64 between its PEM lines"),
+        ("-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----", NOT_READ + ".+"),
+        (_pem(ec.generate_private_key(ec.SECP521R1()).public_key()),
+         "the public key is an ECDSA key on secp521r1; only P-256 and P-384 are supported"),
+        (_pem(ec.generate_private_key(ec.SECP256K1()).public_key()),
+         "the public key is an ECDSA key on secp256k1; only P-256 and P-384 are supported"),
+        (_pem(rsa.generate_private_key(65537, 1024).public_key()),
+         "the public key is an RSA key of 1024 bits; 2048 to 8192 bits are supported"),
+        (_rsa_pem(8193),
+         "the public key is an RSA key of 8193 bits; 2048 to 8192 bits are supported"),
+        (_pem(ed25519.Ed25519PrivateKey.generate().public_key()),
+         re.escape("the public key is an Ed25519 key; cosign signs with those as Ed25519ph, "
+                   "which cannot be verified here: use an ECDSA P-256 key "
+                   "(cosign generate-key-pair)")),
+        (_x25519_pem(),
+         "the public key is a X25519PublicKey; supported are ECDSA P-256/P-384 and RSA keys"),
+        (_explicit_curve_pem(),
+         "the public key is not in the canonical encoding cosign writes|" + NOT_READ + ".+"),
     ],
     ids=[
         "empty", "over-the-pem-bound", "two-blocks", "text-before-the-block", "text-after",
         "a-private-key", "pkcs1-rsa-block", "bad-base64", "not-a-key", "p521", "secp256k1",
-        "rsa-1024", "ed25519-signed-prehashed-by-cosign", "explicit-curve-parameters",
+        "rsa-1024", "rsa-8193", "ed25519-signed-prehashed-by-cosign", "x25519-no-signing-key",
+        "explicit-curve-parameters",
     ],
 )  # fmt: skip
-def test_unusable_keys_are_refused_with_a_reason(text: str, says: str) -> None:
-    with pytest.raises(InvalidPublicKey, match=says) as raised:
+def test_unusable_keys_are_refused_with_the_whole_reason(text: str, says: str) -> None:
+    with pytest.raises(InvalidPublicKey) as raised:
         parse_public_key(text)
+    assert re.fullmatch(says, str(raised.value), re.DOTALL), str(raised.value)
     assert isinstance(raised.value, ValueError | SignatureError)
+
+
+def test_the_largest_rsa_key_and_a_key_of_exactly_the_pem_bound_are_accepted() -> None:
+    assert parse_public_key(_rsa_pem(8192)).kind == "RSA 8192"
+    padded = P256.pem + " " * (MAX_PEM_CHARS - len(P256.pem))
+    assert len(padded) == MAX_PEM_CHARS
+    assert parse_public_key(padded).fingerprint == P256.fingerprint
 
 
 def test_a_key_list_keeps_its_order_and_is_bounded_to_eight_distinct_keys() -> None:
@@ -116,8 +159,9 @@ def test_a_key_list_keeps_its_order_and_is_bounded_to_eight_distinct_keys() -> N
 
 
 def test_an_empty_key_list_is_refused() -> None:
-    with pytest.raises(InvalidPublicKey, match="no key"):
+    with pytest.raises(InvalidPublicKey) as raised:
         parse_public_keys([])
+    assert str(raised.value) == "verify.publicKeys lists no key; list at least one"
 
 
 def test_a_repeated_key_is_refused_naming_both_entries() -> None:
@@ -125,9 +169,20 @@ def test_a_repeated_key_is_refused_naming_both_entries() -> None:
         parse_public_keys([P256.pem, TestKey.p256().pem, P256.pem])
 
 
-def test_a_bad_key_in_a_list_is_named_by_its_index() -> None:
-    with pytest.raises(InvalidPublicKey, match=r"verify.publicKeys\[1\]"):
-        parse_public_keys([P256.pem, "nonsense"])
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("nonsense", "must be one PEM block that starts with -----BEGIN PUBLIC KEY----- "
+                     "(cosign.pub's form)"),
+        (_pem(ec.generate_private_key(ec.SECP521R1()).public_key()),
+         "is an ECDSA key on secp521r1; only P-256 and P-384 are supported"),
+    ],
+    ids=["not-pem", "an-unsupported-curve"],
+)  # fmt: skip
+def test_a_bad_key_in_a_list_is_named_by_its_index(text: str, says: str) -> None:
+    with pytest.raises(InvalidPublicKey) as raised:
+        parse_public_keys([P256.pem, text])
+    assert str(raised.value) == f"verify.publicKeys[1] {says}"
 
 
 @pytest.mark.parametrize("key", [P256, TestKey.rsa()], ids=["ecdsa", "rsa"])
@@ -145,3 +200,15 @@ def test_a_signature_verifies_only_over_the_bytes_it_signed() -> None:
     parsed = parse_public_key(P256.pem)
     assert parsed.verifies(P256.sign(b"payload"), b"payload")
     assert not parsed.verifies(P256.sign(b"payload"), b"payload ")
+
+
+def test_keys_are_the_same_key_exactly_when_their_fingerprints_are() -> None:
+    lines = P256.pem.strip().splitlines()
+    first = parse_public_key(P256.pem)
+    rewrapped = parse_public_key("\n".join([lines[0], "".join(lines[1:-1]), lines[-1]]))
+    other = parse_public_key(TestKey.p256().pem)
+    assert first == rewrapped
+    assert hash(first) == hash(rewrapped)
+    assert first != other
+    assert first != first.fingerprint  # not a key: unequal, and no error
+    assert len({first, rewrapped, other}) == 2
