@@ -6,6 +6,9 @@ check that must catch it; the one key listed is ``KEY`` unless the row says othe
 
 from __future__ import annotations
 
+import hashlib
+import json
+import re
 from collections.abc import Callable
 
 import pytest
@@ -13,8 +16,10 @@ import pytest
 from imagerefresh.reference import parse
 from imagerefresh.signatures import (
     MAX_CANDIDATES,
+    MAX_KEYS,
     MAX_PAYLOAD_BYTES,
     Failure,
+    InvalidPublicKey,
     LegacyEvidence,
     Untrusted,
     Verified,
@@ -90,97 +95,190 @@ def test_one_good_layer_among_bad_ones_verifies() -> None:
     assert verify(D, TRACKED, KEYS, legacy=evidence).ok
 
 
+def _sha(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+GOOD = payload(D, REPO)  # the payload every row starts from: its bytes never vary
+ANNOTATION = "dev.cosignproject.cosign/signature"
+COSIGN = "'cosign container image signature'"
+
+
 def _body_swapped() -> LegacyEvidence:
     # The registry serves other bytes than the descriptor names.
-    body, signature = _signed(payload(D, REPO))
-    good = legacy((body, signature))
-    (digest,) = good.payloads
-    return legacy((body, signature), blobs={digest: payload(E, REPO)})
+    return legacy(_signed(GOOD), blobs={_sha(GOOD): payload(E, REPO)})
 
 
 def _layer_not_read() -> LegacyEvidence:
-    return legacy(_signed(payload(D, REPO)), blobs={})
+    return legacy(_signed(GOOD), blobs={})
+
+
+def _read_over_its_cap() -> LegacyEvidence:
+    # The descriptor names a small payload; the registry sends more than is ever read.
+    return legacy(_signed(GOOD), blobs={_sha(GOOD): b" " * (MAX_PAYLOAD_BYTES + 1)})
 
 
 def _altered_after_signing() -> LegacyEvidence:
-    body, signature = _signed(payload(D, REPO))
+    body, signature = _signed(GOOD)
     return legacy((body.replace(b'"optional":null', b'"optional":{}'), signature))
 
 
-def _oversized() -> LegacyEvidence:
-    body = payload(D, REPO)[:-1] + b"," + b'"x":"' + b"y" * MAX_PAYLOAD_BYTES + b'"}'
-    return legacy(_signed(body))
+OVERSIZED = GOOD[:-1] + b"," + b'"x":"' + b"y" * MAX_PAYLOAD_BYTES + b'"}'
 
 
 def _duplicate_claim() -> LegacyEvidence:
-    body = payload(D, REPO).replace(
+    body = GOOD.replace(
         b'"type"', b'"image":{"docker-manifest-digest":"' + E.encode() + b'"},"type"'
     )
     return legacy(_signed(body))
 
 
-CASES: list[tuple[str, Callable[[], LegacyEvidence | None], Failure]] = [
-    ("nothing-at-the-sig-tag", lambda: None, Failure.NO_SIGNATURE),
-    ("a-sig-manifest-without-simple-signing-layers", lambda: legacy(), Failure.NO_SIGNATURE),
-    ("signed-by-an-unlisted-key", lambda: legacy(_signed(payload(D, REPO), OTHER)),
-     Failure.BAD_SIGNATURE),
-    ("payload-altered-after-signing", _altered_after_signing, Failure.BAD_SIGNATURE),
-    ("signature-of-other-bytes", lambda: legacy((payload(D, REPO), KEY.sign(b"other"))),
-     Failure.BAD_SIGNATURE),
-    ("no-signature-annotation", lambda: legacy((payload(D, REPO), None)), Failure.MALFORMED),
-    ("blob-differs-from-its-descriptor", _body_swapped, Failure.PAYLOAD_HASH_MISMATCH),
-    ("layer-blob-not-read", _layer_not_read, Failure.MALFORMED),
-    ("payload-over-its-cap", _oversized, Failure.TOO_LARGE),
-    ("another-digest", lambda: legacy(_signed(payload(E, REPO))), Failure.DIGEST_MISMATCH),
+def _edited(evidence: LegacyEvidence, **layer: object) -> LegacyEvidence:
+    """``evidence`` with its first layer's descriptor fields replaced (the manifest is given
+    as read: nothing names its digest)."""
+    manifest = json.loads(evidence.manifest)
+    manifest["layers"][0].update(layer)
+    return evidence.model_copy(update={"manifest": json.dumps(manifest).encode()})
+
+
+def _annotated(signature: str) -> LegacyEvidence:
+    return _edited(legacy(_signed(GOOD)), annotations={ANNOTATION: signature})
+
+
+# A layer named by 64 characters after "sha256:" that are no hash: the blob is not it.
+NO_HASH = "sha256:" + "a" * 31 + ":" + "b" * 32
+
+CASES: list[tuple[str, Callable[[], LegacyEvidence | None], Failure, str]] = [
+    ("nothing-at-the-sig-tag", lambda: None, Failure.NO_SIGNATURE,
+     f"no signature of {D} was found"),
+    ("a-sig-manifest-without-simple-signing-layers", lambda: legacy(), Failure.NO_SIGNATURE,
+     "the signature manifest has no signature layer"),
+    ("signed-by-an-unlisted-key", lambda: legacy(_signed(GOOD, OTHER)),
+     Failure.BAD_SIGNATURE, "no listed key verifies the signature"),
+    ("payload-altered-after-signing", _altered_after_signing, Failure.BAD_SIGNATURE,
+     "no listed key verifies the signature"),
+    ("signature-of-other-bytes", lambda: legacy((GOOD, KEY.sign(b"other"))),
+     Failure.BAD_SIGNATURE, "no listed key verifies the signature"),
+    ("no-signature-annotation", lambda: legacy((GOOD, None)), Failure.MALFORMED,
+     f"the layer has no {ANNOTATION} annotation"),
+    ("a-signature-that-is-not-base64", lambda: _annotated("!!!!"), Failure.MALFORMED,
+     "the layer's signature is not base64"),
+    ("a-signature-in-non-canonical-base64", lambda: _annotated("AB=="), Failure.MALFORMED,
+     "the layer's signature is not canonical base64"),
+    ("blob-differs-from-its-descriptor", _body_swapped, Failure.PAYLOAD_HASH_MISMATCH,
+     f"the signature payload is {_sha(payload(E, REPO))} ({len(GOOD)} bytes), "
+     f"its descriptor names {_sha(GOOD)} ({len(GOOD)} bytes)"),
+    ("a-descriptor-digest-that-is-no-hash",
+     lambda: _edited(legacy(_signed(GOOD), blobs={NO_HASH: GOOD}), digest=NO_HASH),
+     Failure.PAYLOAD_HASH_MISMATCH,
+     f"the signature payload is {_sha(GOOD)} ({len(GOOD)} bytes), "
+     f"its descriptor names {NO_HASH} ({len(GOOD)} bytes)"),
+    ("a-layer-named-by-another-algorithm",
+     lambda: _edited(legacy(_signed(GOOD)), digest="sha512:" + "ab" * 32), Failure.MALFORMED,
+     f"the signature payload is named by 'sha512:{'ab' * 32}', not sha256"),
+    ("layer-blob-not-read", _layer_not_read, Failure.MALFORMED,
+     f"the signature payload {_sha(GOOD)} was not read"),
+    ("payload-over-its-cap", lambda: legacy(_signed(OVERSIZED)), Failure.TOO_LARGE,
+     f"the signature payload is {len(OVERSIZED)} bytes; at most 65536 are read"),
+    ("payload-read-over-its-cap", _read_over_its_cap, Failure.TOO_LARGE,
+     "the signature payload is 65537 bytes; at most 65536 are read"),
+    ("another-digest", lambda: legacy(_signed(payload(E, REPO))), Failure.DIGEST_MISMATCH,
+     f"the signature is for {E}, not {D}"),
     ("the-reference-names-another-digest",
-     lambda: legacy(_signed(payload(D, f"{REPO}@{E}"))), Failure.DIGEST_MISMATCH),
+     lambda: legacy(_signed(payload(D, f"{REPO}@{E}"))), Failure.DIGEST_MISMATCH,
+     f"the signature's reference names {E}"),
     ("another-repository", lambda: legacy(_signed(payload(D, "registry.example:5000/team/other"))),
-     Failure.REPOSITORY_MISMATCH),
+     Failure.REPOSITORY_MISMATCH,
+     "the signature is for registry.example:5000/team/other, not registry.example:5000/team/app"),
     ("another-registry", lambda: legacy(_signed(payload(D, "mirror.example/team/app"))),
-     Failure.REPOSITORY_MISMATCH),
+     Failure.REPOSITORY_MISMATCH,
+     "the signature is for mirror.example/team/app, not registry.example:5000/team/app"),
     ("no-repository-at-all", lambda: legacy(_signed(payload(D, "Not A Reference"))),
-     Failure.REPOSITORY_MISMATCH),
+     Failure.REPOSITORY_MISMATCH,
+     "the signature names no repository (invalid reference 'Not A Reference': repository name "
+     "'library/Not A Reference' must be lowercase)"),
     ("a-red-hat-simple-signature",
      lambda: legacy(_signed(payload(D, REPO, kind="atomic container signature"))),
-     Failure.WRONG_TYPE),
+     Failure.WRONG_TYPE, f"the payload's type is 'atomic container signature', not {COSIGN}"),
+    ("a-critical-part-that-is-no-object",
+     lambda: legacy(_signed(b'{"critical":"cosign container image signature"}')),
+     Failure.WRONG_TYPE, f"the payload's type is None, not {COSIGN}"),
     ("an-unknown-critical-field", lambda: legacy(_signed(payload(D, REPO, extra="x"))),
-     Failure.MALFORMED),
-    ("a-duplicated-claim", _duplicate_claim, Failure.MALFORMED),
-    ("signed-bytes-that-are-not-json", lambda: legacy(_signed(b"\xff not json")),
-     Failure.MALFORMED),
-    ("not-an-image-manifest", lambda: legacy(_signed(payload(D, REPO)), media_type=OCI_INDEX),
-     Failure.MALFORMED),
+     Failure.MALFORMED, "the signed payload: critical.extra: Extra inputs are not permitted"),
+    ("a-duplicated-claim", _duplicate_claim, Failure.MALFORMED,
+     "'image' appears twice in one JSON object"),
+    ("signed-bytes-that-are-not-utf8", lambda: legacy(_signed(b"\xff not json")),
+     Failure.MALFORMED, "the signed payload is not UTF-8"),
+    ("signed-bytes-that-are-not-json", lambda: legacy(_signed(b"not json")),
+     Failure.MALFORMED,
+     "the signed payload is not JSON (Expecting value: line 1 column 1 (char 0))"),
+    ("not-an-image-manifest", lambda: legacy(_signed(GOOD), media_type=OCI_INDEX),
+     Failure.MALFORMED, f"the signature manifest is a '{OCI_INDEX}', no image"),
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("build", "failure"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_each_failed_check_is_named_in_the_verdict(
-    build: Callable[[], LegacyEvidence | None], failure: Failure
+@pytest.mark.parametrize(
+    ("build", "failure", "detail"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
+def test_each_failed_check_is_named_in_the_verdict_in_the_words_a_user_reads(
+    build: Callable[[], LegacyEvidence | None], failure: Failure, detail: str
 ) -> None:
     evidence = build()
     verdict = verify(D, TRACKED, KEYS, legacy=evidence)
     assert isinstance(verdict, Untrusted)
-    assert (verdict.failure, verdict.digest) == (failure, D), verdict.detail
+    assert (verdict.failure, verdict.detail, verdict.digest) == (failure, detail, D)
     assert verdict.format == (None if evidence is None else "legacy")
 
 
+SIG = re.escape("the signature manifest")
+
+
 @pytest.mark.parametrize(
-    "manifest",
-    [b"", b"[]", b"{", b'{"schemaVersion":2,"layers":"x"}', b"\xfe\xff{}", b"NaN",
-     b'{"a":1,"a":2}', b"[" * 100_000],
+    ("manifest", "detail"),
+    [(b"", SIG + re.escape(" is not JSON (Expecting value: line 1 column 1 (char 0))")),
+     (b"[]", SIG + " is not a JSON object"),
+     (b"{", SIG + re.escape(" is not JSON (Expecting property name enclosed in double quotes: "
+                            "line 1 column 2 (char 1))")),
+     (b'{"schemaVersion":2,"layers":"x"}', SIG + ": layers: Input should be a valid list"),
+     (b"\xfe\xff{}", SIG + " is not UTF-8"),
+     (b'{"schemaVersion":NaN,"layers":[]}', "NaN is not JSON"),
+     (b'{"a":1,"a":2}', "'a' appears twice in one JSON object"),
+     (b"[" * 100_000, SIG + r" is not JSON \(maximum recursion depth exceeded.*\)")],
     ids=["empty", "array", "truncated", "wrong-shape", "not-utf8", "nan", "duplicate-key",
          "deeply-nested"],
 )  # fmt: skip
-def test_an_unreadable_sig_manifest_is_malformed_not_a_crash(manifest: bytes) -> None:
+def test_an_unreadable_sig_manifest_is_malformed_saying_why_not_a_crash(
+    manifest: bytes, detail: str
+) -> None:
     verdict = verify(D, TRACKED, KEYS, legacy=LegacyEvidence(manifest=manifest))
     assert isinstance(verdict, Untrusted)
     assert verdict.failure is Failure.MALFORMED
+    assert re.fullmatch(detail, verdict.detail, re.DOTALL), verdict.detail
 
 
 def test_an_oversized_sig_manifest_is_refused_before_it_is_parsed() -> None:
     verdict = verify(D, TRACKED, KEYS, legacy=LegacyEvidence(manifest=b" " * (600 * 1024)))
     assert isinstance(verdict, Untrusted)
-    assert verdict.failure is Failure.TOO_LARGE
+    assert (verdict.failure, verdict.detail) == (
+        Failure.TOO_LARGE,
+        "the signature manifest is 614400 bytes; at most 524288 are read",
+    )
+
+
+def test_a_payload_of_exactly_its_cap_is_read_and_verifies() -> None:
+    # JSON may end in whitespace: cosign's payload, padded to the last byte that is read.
+    body = GOOD + b" " * (MAX_PAYLOAD_BYTES - len(GOOD))
+    assert len(body) == MAX_PAYLOAD_BYTES
+    assert verify(D, TRACKED, KEYS, legacy=legacy(_signed(body))).ok
+
+
+def test_as_many_keys_as_are_tried_verify_and_one_more_is_refused() -> None:
+    others = parse_public_keys([TestKey.p256().pem for _ in range(MAX_KEYS - 1)])
+    verdict = verify(D, TRACKED, (*others, *KEYS), legacy=_good())
+    assert verdict == Verified(digest=D, key=KEY.fingerprint, format="legacy")
+    with pytest.raises(InvalidPublicKey) as raised:
+        verify(D, TRACKED, (*others, *KEYS, *KEYS), legacy=_good())
+    assert str(raised.value) == "9 keys given; at most 8 are tried"
 
 
 def test_the_failure_reported_is_the_one_that_got_furthest() -> None:
