@@ -218,6 +218,44 @@ def test_a_held_container_on_a_tag_is_not_pinned_by_the_patch_of_its_neighbour()
     assert patched(plan) == {"jobs-manager": {"pods-monitor-container": f"{PM_REPO}@{P2}"}}
 
 
+HELD_BY_FROZEN_PROXY = (
+    f"api held back (lockstep: {GROUP} moves together, and Deployment tracebloc/requests-proxy "
+    "(Frozen) cannot refresh now; the refresh starts when every target tracking it can)"
+)
+
+
+def _monitor_on_its_tag() -> dict[TargetKey, TargetEvidence]:
+    """jobs-manager's monitor on its tag, its pod on P1; api held by a frozen requests-proxy."""
+    workload = deployment("jobs-manager", {"api": f"{JM_REPO}@{D1}", "pods-monitor-container": PM})
+    pods = [pod("jm-1", {"pods-monitor-container": f"docker.io/{PM_REPO}@{P1}"})]
+    return {
+        JOBS: evidence(workload, pods, digests={"api": D2, "pods-monitor-container": P2}),
+        PROXY: evidence(proxy(D1, generation=2, observed=1), digests={"proxy": D2}),
+    }
+
+
+def test_a_neighbour_that_goes_ahead_on_its_tag_is_named_with_the_digest_its_pods_run() -> None:
+    tick = edge(maxSkipTicks=1)
+    plan = tick.run(_monitor_on_its_tag())
+    assert patched(plan) == {"jobs-manager": {"pods-monitor-container": f"{PM_REPO}@{P2}"}}
+    assert tick.target("jobs-manager").message == (
+        f"refreshing pods-monitor-container {short(P1)} → {short(P2)}; {HELD_BY_FROZEN_PROXY}"
+    )
+
+
+def test_a_neighbour_the_pull_budget_defers_still_names_the_containers_held_back() -> None:
+    tick = edge(maxSkipTicks=1, pullBudget={"reserve": 2})
+    budgets = {("registry-1.docker.io", "anonymous"): budget("registry-1.docker.io", 2)}
+    plan = tick.run(_monitor_on_its_tag(), budgets)
+    assert plan.patches == ()
+    deferred = tick.target("jobs-manager")
+    assert (deferred.phase, deferred.message) == (
+        Phase.DEFERRED,
+        "deferred: registry-1.docker.io for anonymous has 2 pulls left of 100 per 21600s; this "
+        f"refresh needs 1 and 2 stay reserved for the kubelet; {HELD_BY_FROZEN_PROXY}",
+    )
+
+
 def locked(tick: Tick, name: str) -> None:
     """Put ``name`` at its attempts ceiling, as a run of failed refreshes would leave it."""
     tick.run(seen(jobs(D1), proxy(D1), desired=D1))
