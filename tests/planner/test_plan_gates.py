@@ -615,3 +615,14 @@ def test_a_status_revised_after_a_refused_patch_keeps_the_tick_s_clock() -> None
     refused = plan.status.targets[0].model_copy(update={"phase": Phase.REFUSED})
     revised = revise_target(read, plan.status, refused, T0)
     assert revised.seen == plan.status.seen == (SeenDigest(tracked=TRACKED, digest=D2, since=T0),)
+
+
+def test_a_pinned_container_leaves_the_clock_of_its_neighbour_in_the_same_target_running() -> None:
+    both = {"kind": "Deployment", "name": "jobs-manager",
+            "containers": [{"name": "api", "image": JM, "digest": D3},
+                           {"name": "pods-monitor-container", "image": PM}]}  # fmt: skip
+    tick = Tick(spec(both, minimumAge="1h"))
+    tick.run({JOBS: evidence(jobs(D3, monitor=P1), digests={"pods-monitor-container": P2})})
+    assert tick.status.seen == (
+        SeenDigest(tracked="docker.io/tracebloc/pods-monitor:prod", digest=P2, since=T0),
+    )
