@@ -83,3 +83,22 @@ def test_an_image_of_another_registry_spends_that_registry_s_budget_never_docker
     status = tick.target("jobs-manager")
     assert status.phase is Phase.DEFERRED
     assert "ghcr.io for anonymous has 0 pulls left" in status.message
+
+
+def test_a_refresh_s_patch_carries_its_pulls_per_account_for_the_shell_to_reserve() -> None:
+    ghcr = "ghcr.io/tracebloc/pods-monitor:prod"
+    tick = Tick(spec(target("jobs-manager", api=JM, worker=JM, monitor=ghcr)))
+    work = deployment("jobs-manager", {"api": JM, "worker": JM, "monitor": ghcr}, replicas=3)
+    plan = tick.run(
+        {
+            key("jobs-manager"): evidence(
+                work,
+                digests={"api": D1, "worker": D1, "monitor": D2},
+                identities={HUB: "tracebloc/regcred"},
+            )
+        },
+        {(HUB, "tracebloc/regcred"): budget(HUB, remaining=100, identity="tracebloc/regcred")},
+    )
+    (patch,) = plan.patches
+    # One digest per registry, three pods each: what the kubelet will pull, per account.
+    assert patch.pulls == ((("ghcr.io", "anonymous"), 3), ((HUB, "tracebloc/regcred"), 3))
