@@ -486,6 +486,32 @@ def test_a_pending_record_up_to_five_minutes_ahead_is_another_replica_s_clock_no
         assert tick.target("jobs-manager").phase is phase, ahead
 
 
+def test_a_refusal_up_to_five_minutes_ahead_is_another_replica_s_clock_a_second_more_not() -> None:
+    for ahead, sent in ((timedelta(minutes=5), True), (timedelta(minutes=5, seconds=1), False)):
+        tick = Tick(spec(target("jobs-manager", api=JM)))
+        refused_at = T0 + timedelta(seconds=1) + ahead
+        owed = rollback_intent(f"{JM_REPO}@{D1}", f"{JM_REPO}@{D2}").model_copy(
+            update={"refusals": 1, "refused_at": refused_at}
+        )
+        with_pending(tick, owed, refresh_attempts=1, phase=Phase.REFUSED)
+        tick.now = T0 + timedelta(seconds=1)
+        plan = tick.run(
+            {JOBS: evidence(unsettled(f"{JM_REPO}@{D2}"), digests={"api": D2})},
+            advance=timedelta(0),
+        )
+        status = tick.target("jobs-manager")
+        if sent:
+            assert [p.purpose for p in plan.patches] == [PatchPurpose.ROLLBACK]
+            continue
+        assert plan.patches == ()
+        assert (status.phase, status.message) == (
+            Phase.ERROR,
+            f"status.pending of {JOBS} was refused in the future ({refused_at.isoformat()}): it "
+            "was not written by imagerefresh for this target, so nothing is patched on it; reset "
+            "the policy to rebuild its status: imagerefresh reset tracebloc/control-plane",
+        )
+
+
 def test_the_write_guard_allows_tags_and_digests_of_the_tracked_repository_only() -> None:
     def verdict(image: str) -> tuple[str, ...]:
         change = ImageChange("api", "/x", "old", image, repository=f"docker.io/{JM_REPO}")
