@@ -64,6 +64,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.timeout(BUILD_TIMEOUT + 300)]
 
 PASSWORD = "signature-scenarios"
 POLICY = "control-plane"
+LONGER_THAN_THE_MODULE = "900"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 
 Seen = tuple[str, str, int]  # (method, path below /v2/<repository>/, status)
@@ -144,10 +145,12 @@ def operator(
     """The module's operator, with the referrers registry and the failing front on its
     insecure list. Its interval grid starts a whole interval (15m) after it does, so the only
     ticks are those a test asks for (or a new policy's first one): the requests counted between
-    them are theirs alone."""
+    them are theirs alone. Its registry deadlines are longer than the module: an answer the
+    failing front holds is released by the test, never given up on."""
     log = tmp_path_factory.mktemp("operator") / "operator.log"
     extra = ("--insecure-registry", referrers_registry.host, "--insecure-registry",
-             failing_front.host)  # fmt: skip
+             failing_front.host, "--registry-timeout", LONGER_THAN_THE_MODULE,
+             "--registry-deadline", LONGER_THAN_THE_MODULE)  # fmt: skip
     with running_operator(
         crd_installed, registry, log, grid_from_start=True, extra_args=extra
     ) as running:
@@ -168,6 +171,11 @@ def module_namespace(cluster: Cluster, what: str) -> Iterator[str]:
 def front_of(operator: Operator) -> HubFront:
     assert operator.front is not None
     return operator.front
+
+
+def policy_target(cluster: Cluster, ns: str, name: str, workload: str) -> dict[str, Any]:
+    """The status of ``workload``'s target in the policy ``name``."""
+    return next(t for t in status(cluster, ns, name)["targets"] if t["name"] == workload)
 
 
 def signed_policy(signer: Signer, *targets: dict[str, Any], name: str = POLICY) -> dict[str, Any]:
@@ -733,8 +741,7 @@ def test_a_signature_pushed_after_the_build_is_remembered_as_missing_until_a_tic
         namespace=ns,
     )
     operator.wait_first_tick(ns, "second")
-    (second,) = status(cluster, ns, "second")["targets"]
-    assert second["phase"] == "Untrusted"
+    assert policy_target(cluster, ns, "second", "second")["phase"] == "Untrusted"
     assert beyond_the_tag(received(front.served[mark:], path)) == []
 
     # A tick asked for asks again at once: the signature is found, the build pinned.
@@ -749,6 +756,65 @@ def test_a_signature_pushed_after_the_build_is_remembered_as_missing_until_a_tic
     operator.tick(ns, "second")
     assert images(cluster, ns, "second") == {"app": f"{repository}@{new}"}
     assert beyond_the_tag(received(front.served[mark:], path)) == []
+
+
+def test_a_tick_asked_for_after_a_signature_lands_takes_no_lookup_that_read_before_it(
+    operator: Operator,
+    cluster: Cluster,
+    registry: str,
+    pusher: ImagePusher,
+    policy_namespace: str,
+    failing_front: HostileRegistry,
+    signer: Signer,
+) -> None:
+    # One policy's lookup reads the .sig tag (nothing there), then the signature lands while
+    # that answer is still on its way (the front holds it until the test lets it go).
+    ns, path = policy_namespace, f"{policy_namespace}/app"
+    repository = f"{failing_front.host}/{path}"
+    digest = pusher.push(path, "prod", seed=f"{ns}-in-flight").digest
+    cluster.apply(
+        deployment("first", {"app": f"{repository}:prod"}, replicas=1),
+        deployment("second", {"app": f"{repository}:prod"}, replicas=1),
+        namespace=ns,
+    )
+    roll_out(cluster, ns, "first", "second")
+    for name in ("first", "second"):
+        cluster.apply(
+            signed_policy(signer, target(name, app=f"{repository}:prod"), name=name),
+            namespace=ns,
+        )
+        operator.wait_first_tick(ns, name)
+        assert policy_target(cluster, ns, name, name)["phase"] == "Untrusted"
+    signature = legacy_tag(digest)
+    mark = len(failing_front.received)
+    failing_front.hold_next(signature)
+    try:
+        operator.bump(ns, "first")  # asked for: it looks the unsigned digest up again
+        eventually(
+            lambda: any(signature in r.target for r in failing_front.received[mark:]),
+            timeout=30,
+            what="the first policy's lookup to read the .sig tag",
+        )
+        signer.sign(registry, path, digest, claim=repository)
+        # Asked for after the signature landed: it looks up on its own and pins the build,
+        # while the older lookup's answer is still held.
+        operator.tick(ns, "second")
+        assert images(cluster, ns, "second") == {"app": f"{repository}@{digest}"}
+        held = next(r for r in failing_front.received[mark:] if signature in r.target)
+        assert held.completed is None  # the first lookup's answer: still on its way
+    finally:
+        failing_front.release()
+        failing_front.behaviour, failing_front.only = "honest", ""
+    eventually(lambda: operator.ticks(ns, "first") >= 2, timeout=30, what="the first policy's tick")
+    assert policy_target(cluster, ns, "first", "first")["phase"] == "Untrusted"  # read before
+    # The older "unsigned", landing last, undoes nothing: the rollout is judged by follow-up
+    # ticks nobody asked for, which take the remembered verdict.
+    settled = eventually(
+        lambda: (found := policy_target(cluster, ns, "second", "second"))["phase"] == "Current"
+        and found,
+        timeout=60, what="the second policy's rollout judged Current",
+    )  # fmt: skip
+    assert settled["containers"][0]["verifiedBy"] == signer.fingerprint
 
 
 # --- a registry failing the signature lookup -----------------------------------------------------
