@@ -286,8 +286,9 @@ def measure(
          "requests per build", each(new["bundle"]), "", None),
         ("new signed build, bundle through the referrers API: requests per build",
          each(new["referrers"]), "", None),
-        ("first lookup of each repository (its first tick; distribution: the referrers API "
-         "probed once, then remembered for an hour): legacy / bundle / referrers API",
+        ("first lookup of a signed build (the policy's first tick; on distribution the "
+         "referrers API is probed, then known absent for an hour): legacy / bundle, fallback "
+         "tag / bundle, referrers API",
          f"{text(first['legacy'])} / {text(first['bundle'])} / {text(first['referrers'])}",
          "", None),
         ("unsigned build, first lookup: distribution / referrers API",
@@ -296,5 +297,6 @@ def measure(
          "backoff is due: the next interval, doubling to 6 h): distribution / referrers API",
          f"{each(again['unsigned'])} / {each(again['unsigned-referrers'])}", "", None),
         (f"verified builds (3), each further tick ({ticks} ticks asked for): signature "
-         "requests per tick", f"{per_tick:g} ({text(verified)})", "0", per_tick == 0),
+         "requests per tick", f"{per_tick:g}" + (f" ({text(verified)} in all)" if verified
+         else ""), "0", per_tick == 0),
     ]  # fmt: skip
