@@ -141,7 +141,7 @@ def mutmut_config() -> str:
             f"only_mutate = {json.dumps(only)}",
             f"pytest_add_cli_args_test_selection = {json.dumps(selection)}",
             'pytest_add_cli_args = ["-p", "hypothesis_profile", "-p", "no:cacheprovider"]',
-            'also_copy = ["crds/"]',
+            'also_copy = ["crds/", "e2e/"]',
             "use_git_change_detection = false",
             "",
         ]
@@ -151,6 +151,8 @@ def mutmut_config() -> str:
 def stage(stage_dir: Path) -> None:
     _sync_tree(REPO / "operator" / "imagerefresh", stage_dir / "src" / "imagerefresh", (".py",))
     _sync_tree(REPO / "tests", stage_dir / "tests", (".py",))
+    # tests/support imports e2e's helpers (the real node's image builder) at collection.
+    _sync_tree(REPO / "e2e", stage_dir / "e2e", (".py",))
     _sync_tree(REPO / "crds", stage_dir / "crds", (".yaml",))
     _sync_file(HERE / "hypothesis_profile.py", stage_dir / PLUGIN)
     pyproject = (REPO / "pyproject.toml").read_text() + mutmut_config()

@@ -658,6 +658,8 @@ def run(
                 await elector.acquire()
             role = "leader"
             metrics.set_leader(True)  # the alert on imagerefresh_leader reads it
+            # Said at start (the log, imagerefresh_crd_outdated); each tick asks again.
+            await ticker.crd.problem()
             # Only now do kopf and the handlers start: a standby has read the Lease, nothing else.
             operator = asyncio.create_task(
                 kopf.operator(

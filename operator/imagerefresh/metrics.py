@@ -16,7 +16,8 @@ Two series belong to the process, not to any policy, and so outlive every policy
 process is the one that writes), next to the standard ``process_*`` series, whose
 ``process_start_time_seconds`` changes with every restart. An alert built on them fires when
 the operator is Pending, crash-looping or not scraped; one built on per-policy series would go
-quiet instead, since those vanish with the operator and with every deleted policy.
+quiet instead, since those vanish with the operator and with every deleted policy. The gauge
+``imagerefresh_crd_outdated`` belongs to the process too: the installed CRD is the cluster's.
 """
 
 from __future__ import annotations
@@ -171,6 +172,12 @@ class Metrics:
             "imagerefresh_status_writes",
             "Policy status writes",
             ["namespace", "policy"],
+            registry=r,
+        )
+        self.crd_outdated = Gauge(
+            "imagerefresh_crd_outdated",
+            "1 while the installed CRD lacks fields the operator uses (or its schema cannot be "
+            "read): no policy is acted on",
             registry=r,
         )
         self.events_dropped = Counter(

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from imagerefresh.models import FailedBuild, Phase, PolicyStatus, SeenDigest
-from imagerefresh.planner import Plan
-from imagerefresh.planner.evidence import SignaturesUnreadable, TargetEvidence
+from imagerefresh.models import FailedBuild, Phase, PolicyStatus, SeenDigest, TargetStatus
+from imagerefresh.planner import Plan, revise_target
+from imagerefresh.planner.evidence import Resolved, SignaturesUnreadable, TargetEvidence
 from imagerefresh.signatures import Failure, Untrusted, Verified
 
 from support.signing import TestKey
@@ -448,3 +448,170 @@ def test_a_lockstep_group_cools_down_together() -> None:
     plan = tick.run({JOBS: evidence(jobs(D1), digests={"api": D2}),
                      PROXY: evidence(_proxy(D1), digests={"proxy": D2})})  # fmt: skip
     assert patched(plan) == {"api": f"{JM_REPO}@{D2}", "proxy": f"{JM_REPO}@{D2}"}
+
+
+# --- what each hold says, and how holds combine -------------------------------------------------
+
+
+def test_each_hold_says_exactly_what_held_which_container_and_what_to_do() -> None:
+    tick = Tick(spec(target("jobs-manager", api=JM, **{"pods-monitor-container": PM}), **VERIFY))
+    unreadable = SignaturesUnreadable(P2, "a 500")
+    plan = one(
+        tick, jobs(D1, monitor=P1), digests={"api": D2, "pods-monitor-container": P2},
+        signatures={"api": untrusted(D2), "pods-monitor-container": unreadable},
+    )  # fmt: skip
+    untrusted_text = (
+        f"api: {D2} carries no valid signature by a key of spec.verify (no-signature: the "
+        "no-signature detail); it is not pinned — sign that digest with one of the listed keys "
+        "(cosign sign --key), or push a signed build"
+    )
+    unreadable_text = (
+        f"pods-monitor-container: the signatures of {short(P2)} could not be read (a 500); "
+        "nothing is pinned on them"
+    )
+    status = tick.target("jobs-manager")
+    assert status.message == f"held: {untrusted_text}; {unreadable_text}"
+    assert status.phase is Phase.UNTRUSTED  # worse than the Error of the other hold
+    assert [(e.type, e.reason, e.message) for e in plan.events if e.target is not None] == [
+        ("Warning", "Untrusted", untrusted_text),
+        ("Warning", "SignaturesUnreadable", unreadable_text),
+    ]
+    not_read = Tick(spec(target("jobs-manager", api=JM), **VERIFY))
+    one(not_read, jobs(D1), digests={"api": D2})
+    assert "(they were not read this tick)" in not_read.target("jobs-manager").message
+
+
+def test_a_locked_target_whose_drift_is_held_says_both() -> None:
+    tick = Tick(spec(target("jobs-manager", api=JM), **VERIFY, maxRefreshAttempts=1))
+    failed_once = TargetStatus(
+        kind="Deployment", namespace="tracebloc", name="jobs-manager", phase=Phase.ROLLING_BACK,
+        refresh_attempts=1,
+    )  # fmt: skip
+    tick.status = PolicyStatus(targets=(failed_once,))
+    one(tick, jobs(D1), digests={"api": D3}, signatures={"api": untrusted(D3)})
+    status = tick.target("jobs-manager")
+    assert status.phase is Phase.UNTRUSTED  # worse than Locked
+    assert status.message.startswith("locked after 1 failed or contested refreshes (held: api: ")
+
+
+def test_a_build_failed_hold_and_a_cooldown_name_their_container_and_the_clock() -> None:
+    tick = Tick(spec(target("jobs-manager", api=JM, **{"pods-monitor-container": PM}),
+                     minimumAge="1h"))  # fmt: skip
+    seen = (
+        SeenDigest(tracked=TRACKED, digest=D2, since=T0 - timedelta(minutes=50)),
+        SeenDigest(tracked="docker.io/tracebloc/pods-monitor:prod", digest=P2,
+                   since=T0 - timedelta(minutes=20)),
+    )  # fmt: skip
+    tick.status = PolicyStatus(seen=seen)
+    plan = one(tick, jobs(D1, monitor=P1), digests={"api": D2, "pods-monitor-container": P2})
+    assert plan.wake_at == T0 + timedelta(minutes=10)  # the earlier of the two ends
+    message = tick.target("jobs-manager").message
+    assert (
+        f"api: {short(D2)} is cooling down — {TRACKED} has answered it since "
+        "2026-11-29T11:10:00Z; it is pinned from 2026-11-29T12:10:00Z (spec.minimumAge 1h0m0s)"
+    ) in message
+    barred = Tick(spec(target("jobs-manager", api=JM)))
+    barred.status = PolicyStatus(
+        targets=(
+            TargetStatus(kind="Deployment", namespace="tracebloc", name="jobs-manager",
+                         phase=Phase.CURRENT, failed=(FailedBuild(digest=D2, at=T0),)),
+        )
+    )  # fmt: skip
+    one(barred, jobs(D1), digests={"api": D2})
+    assert barred.target("jobs-manager").message.startswith(
+        f"held: api: {D2} failed its rollout here at 2026-11-29T12:00:00Z"
+    )
+
+
+def test_a_verdict_about_another_digest_reports_no_key() -> None:
+    tick = Tick(spec(target("jobs-manager", api=JM), **VERIFY))
+    one(tick, jobs(D2), digests={"api": D2}, signatures={"api": verified(D3)})
+    assert tick.target("jobs-manager").containers[0].verified_by is None
+
+
+def test_a_lockstep_member_running_an_untrusted_digest_is_not_current_for_its_group() -> None:
+    tick = _edge(**VERIFY)
+    ran = [pod("jm-1", {"api": f"docker.io/{JM_REPO}@{D2}"})]
+    plan = tick.run(
+        {
+            JOBS: evidence(jobs(f"{JM_REPO}:prod"), pods=ran, digests={"api": D2},
+                           signatures={"api": untrusted(D2)}),
+            PROXY: evidence(_proxy(D1), digests={"proxy": D2}, signatures={"proxy": verified(D2)}),
+        }
+    )  # fmt: skip
+    assert plan.patches == ()
+    assert "jobs-manager (Untrusted)" in tick.target("requests-proxy").message
+
+
+# --- which builds a failure blames ---------------------------------------------------------------
+
+
+def test_a_pod_running_a_platform_manifest_of_the_index_got_the_build() -> None:
+    child = digest("arm64-child")
+    tick = Tick(spec(target("jobs-manager", api=JM), rolloutTimeout="1m"))
+    one(tick, jobs(D1), digests={"api": D2})
+    ran = [pod("jm-new", {"api": f"docker.io/{JM_REPO}@{child}"})]
+    index = Resolved(D2, frozenset({child}))
+    one(tick, jobs(D2, generation=2, available=0), pods=ran, digests={"api": index})
+    assert [b.digest for b in tick.target("jobs-manager").failed] == [D2]
+
+
+def test_a_platform_manifest_of_another_index_is_not_the_build() -> None:
+    child = digest("child-of-d3")
+    tick = Tick(spec(target("jobs-manager", api=JM), rolloutTimeout="1m"))
+    one(tick, jobs(D1), digests={"api": D2})
+    ran = [pod("jm-new", {"api": f"docker.io/{JM_REPO}@{child}"})]
+    moved_on = Resolved(D3, frozenset({child}))  # the tag answers another index by now
+    failed = one(tick, jobs(D2, generation=2, available=0), pods=ran, digests={"api": moved_on})
+    assert tick.target("jobs-manager").failed == ()
+    (event,) = [e for e in failed.events if e.reason == "RefreshFailed"]
+    assert event.message.endswith(
+        "; no pod ran the new image, so the build is not blamed: it may be tried again"
+    )
+
+
+def test_two_containers_that_failed_together_are_both_blamed_and_named() -> None:
+    tick = Tick(spec(target("jobs-manager", api=JM, **{"pods-monitor-container": PM}),
+                     rolloutTimeout="1m"))  # fmt: skip
+    one(tick, jobs(D1, monitor=P1), digests={"api": D2, "pods-monitor-container": P2})
+    ran = [pod("jm-new", {"api": f"docker.io/{JM_REPO}@{D2}",
+                          "pods-monitor-container": f"docker.io/{PM_REPO}@{P2}"})]  # fmt: skip
+    failed = one(
+        tick, jobs(D2, monitor=P2, generation=2, available=0), pods=ran,
+        digests={"api": D2, "pods-monitor-container": P2},
+    )  # fmt: skip
+    assert {b.digest for b in tick.target("jobs-manager").failed} == {D2, P2}
+    (event,) = [e for e in failed.events if e.reason == "RefreshFailed"]
+    assert f"; {short(D2)}, {short(P2)} is not tried on this target again" in event.message
+
+
+def test_a_failure_blames_the_build_its_pods_ran_even_once_the_tag_has_moved_on() -> None:
+    tick = Tick(spec(target("jobs-manager", api=JM), rolloutTimeout="1m"))
+    one(tick, jobs(D1), digests={"api": D2})
+    ran = [pod("jm-new", {"api": f"docker.io/{JM_REPO}@{D2}"})]
+    one(tick, jobs(D2, generation=2, available=0), pods=ran, digests={"api": D3})
+    assert [b.digest for b in tick.target("jobs-manager").failed] == [D2]
+
+
+def test_a_target_not_read_and_a_pinned_container_leave_the_other_clocks_running() -> None:
+    pinned = {"kind": "Deployment", "name": "pinned",
+              "containers": [{"name": "api", "image": JM, "digest": D3}]}  # fmt: skip
+    tick = Tick(
+        spec(pinned, target("jobs-manager", api=JM), target("gone", api=PM), minimumAge="1h")
+    )
+    tick.run(
+        {
+            key("pinned"): evidence(jobs(D3)),
+            JOBS: evidence(jobs(D1), digests={"api": D2}),
+        }  # "gone" was not read at all this tick
+    )
+    assert tick.status.seen == (SeenDigest(tracked=TRACKED, digest=D2, since=T0),)
+
+
+def test_a_status_revised_after_a_refused_patch_keeps_the_tick_s_clock() -> None:
+    tick = _cooling()
+    read = tick.input({}).policy  # the policy as the tick read it: no clock yet
+    plan = _at(tick, timedelta(), D2)
+    refused = plan.status.targets[0].model_copy(update={"phase": Phase.REFUSED})
+    revised = revise_target(read, plan.status, refused, T0)
+    assert revised.seen == plan.status.seen == (SeenDigest(tracked=TRACKED, digest=D2, since=T0),)

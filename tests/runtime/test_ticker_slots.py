@@ -62,6 +62,7 @@ async def test_reads_and_decisions_take_slots_and_waiting_on_a_registry_takes_no
 
     monkeypatch.setattr(ticker, "_read", read)
     monkeypatch.setattr(ticker, "_decide", decide)
+
     async def verify(*_: Any, **__: Any) -> tuple[dict[str, Any], dict[str, Any]]:
         return {}, {}  # signatures are read after the digests, as registry waits too
 

@@ -82,6 +82,9 @@ DEFAULT_CONNECTIONS = 16
 _WORKLOADS = {"Deployment": "deployments", "DaemonSet": "daemonsets", "StatefulSet": "statefulsets"}
 _POLICIES = f"/apis/{POLICY_GROUP}/{POLICY_VERSION}/namespaces/{{namespace}}/{POLICY_PLURAL}"
 _LEASES = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+# The group version's OpenAPI v3 document: every authenticated client may read it (the
+# ClusterRole system:discovery), so reading the installed schema needs no RBAC of our own.
+_OPENAPI = f"/openapi/v3/apis/{POLICY_GROUP}/{POLICY_VERSION}"
 Query = Sequence[tuple[str, Any]]
 Json = dict[str, Any]
 T = TypeVar("T")
@@ -452,6 +455,17 @@ class KubeApi:
             content_type=MERGE_PATCH,
         )
 
+    def read_policy_schema(self) -> dict[str, Any]:
+        """The ImageRefreshPolicy's structural schema as the API server serves it now.
+
+        Read from the group version's OpenAPI v3 document, not from the CRD object: any
+        authenticated client may read the document, while reading CRDs would need a
+        cluster-wide grant. A KubeError when it cannot be read or describes no such kind (the
+        CRD is not installed, or the answer is not an OpenAPI document).
+        """
+        what = f"read the OpenAPI v3 schema of {POLICY_PLURAL}.{POLICY_GROUP}/{POLICY_VERSION}"
+        return _kind_schema(self._request(what, "GET", _OPENAPI), what)
+
     # -- listing, for `imagerefresh audit` ---------------------------------------------------
 
     def list_workloads(self, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
@@ -776,6 +790,21 @@ def _first_change(response: Any) -> dict[str, Any] | None:
         if isinstance(event, dict) and event.get("type") != "BOOKMARK":
             return event
     return None
+
+
+def _kind_schema(document: Mapping[str, Any], what: str) -> dict[str, Any]:
+    """The schema of ImageRefreshPolicy in an OpenAPI v3 document: the one whose
+    ``x-kubernetes-group-version-kind`` names it (its List kind is another)."""
+    components = document.get("components")
+    schemas = components.get("schemas") if isinstance(components, Mapping) else None
+    if not isinstance(schemas, Mapping):
+        raise KubeError(f"{what}: the answer is not an OpenAPI v3 document; retried next tick")
+    wanted = {"group": POLICY_GROUP, "version": POLICY_VERSION, "kind": POLICY_KIND}
+    for schema in schemas.values():
+        kinds = schema.get("x-kubernetes-group-version-kind") if isinstance(schema, dict) else None
+        if isinstance(kinds, list) and wanted in kinds:
+            return schema  # type: ignore[no-any-return]
+    raise KubeError(f"{what}: it describes no {POLICY_KIND}; is the CRD installed?")
 
 
 def _lease_path(namespace: str, name: str) -> str:

@@ -43,7 +43,7 @@ def observe(
     seen = []
     for reference in sorted(set(tracked)):
         entry = before.get(reference)
-        digests = answers.get(reference, frozenset())
+        digests = answers.get(reference)
         if not digests:
             if entry is not None:
                 seen.append(entry)  # not answered this tick: the clock stands as it was
@@ -65,6 +65,6 @@ def cooled_at(
     """When ``digest`` of ``tracked`` may be pinned: ``minimumAge`` after the tag began to
     answer it. A clock that does not show this digest (or shows a future start) starts now."""
     entry = seen.get(tracked)
-    known = entry is not None and entry.digest == digest and entry.since <= now
-    since = entry.since if known and entry is not None else now
-    return since + minimum_age
+    if entry is None or entry.digest != digest or entry.since > now:
+        return now + minimum_age
+    return entry.since + minimum_age

@@ -33,6 +33,7 @@ RESET = "Reset"  # the reset annotation was honoured
 REFRESH_OUTSIDE_WINDOW = "RefreshOutsideWindow"  # the override annotation was honoured, once
 POLICY_INVALID = "PolicyInvalid"  # the spec could not be read: the policy does nothing
 STATUS_UNREADABLE = "StatusUnreadable"  # the status could not be read: fail closed
+CRD_OUTDATED = "CRDOutdated"  # the installed CRD would drop fields the operator uses: no action
 
 # Condition reasons.
 ALL_CURRENT = "AllCurrent"
@@ -84,8 +85,10 @@ POLICY_EVENTS = (
     REFRESH_OUTSIDE_WINDOW,
     POLICY_INVALID,
     STATUS_UNREADABLE,
+    CRD_OUTDATED,
 )
-# Set on a condition (derive_conditions; PolicyInvalid and StatusUnreadable by mark_unreadable).
+# Set on a condition (derive_conditions; PolicyInvalid, StatusUnreadable and CRDOutdated by
+# mark_unreadable).
 CONDITIONS = (
     ALL_CURRENT,
     NOT_CURRENT,
@@ -102,6 +105,7 @@ CONDITIONS = (
     EVIDENCE_READ,
     POLICY_INVALID,
     STATUS_UNREADABLE,
+    CRD_OUTDATED,
 )
 # Condition reasons also posted as events when their condition changes (condition_events):
 # Ready turning True, RateLimited and Degraded turning either way.

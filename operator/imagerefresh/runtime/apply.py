@@ -61,6 +61,14 @@ __all__ = ["Applied", "apply_plan", "mark_unreadable"]
 log = structlog.get_logger(__name__)
 
 STATUS_WRITE_ATTEMPTS = 3
+# What is unreadable (PolicyUnreadable.part) → the reason of Degraded; for the parts in
+# _DOES_NOTHING the policy is not acted on at all, so Ready is False too.
+_UNREADABLE_REASONS = {
+    "spec": reasons.POLICY_INVALID,
+    "status": reasons.STATUS_UNREADABLE,
+    "crd": reasons.CRD_OUTDATED,
+}
+_DOES_NOTHING = frozenset({"spec", "crd"})
 _ANNOUNCED = {reasons.REFRESHING, reasons.ROLLING_BACK}
 
 
@@ -358,10 +366,11 @@ def mark_unreadable(
 ) -> tuple[bool, list[Event]]:
     """Say, in status, that the policy could not be read — and change nothing else of it.
 
-    Only conditions are written: ``Degraded`` True and, when the spec is what is invalid,
-    ``Ready`` False (so an old Ready True never stays green over a policy that does nothing).
-    The rest of the status stays as it is: an unreadable status is not ours to overwrite; a
-    reset rebuilds it. Returns whether a write happened and the events to post.
+    Only conditions are written: ``Degraded`` True and, when the policy does nothing at all
+    (its spec is invalid, or the installed CRD would drop fields: part ``crd``), ``Ready``
+    False (so an old Ready True never stays green over a policy that does nothing). The rest
+    of the status stays as it is: an unreadable status is not ours to overwrite; a reset
+    rebuilds it. Returns whether a write happened and the events to post.
     """
     metadata = policy["metadata"]
     raw = dict(policy.get("status") or {})
@@ -370,11 +379,11 @@ def mark_unreadable(
         [c for c in conditions if isinstance(c, dict)] if isinstance(conditions, list) else []
     )
     by_type = {c.get("type"): c for c in existing}
-    reason = reasons.POLICY_INVALID if error.part == "spec" else reasons.STATUS_UNREADABLE
+    reason = _UNREADABLE_REASONS[error.part]
     message = str(error)[:MAX_TEXT]
     generation = int(metadata.get("generation") or 0)
     wanted = [(ConditionType.DEGRADED.value, "True")]
-    if error.part == "spec":
+    if error.part in _DOES_NOTHING:
         wanted.append((ConditionType.READY.value, "False"))
     updated = dict(by_type)
     for kind, status in wanted:

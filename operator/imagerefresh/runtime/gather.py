@@ -103,7 +103,7 @@ class PolicyUnreadable(ValueError):
 
     def __init__(self, part: str, message: str) -> None:
         super().__init__(message)
-        self.part = part  # "spec" or "status"
+        self.part = part  # "spec", "status", or "crd" (runtime/schema: the installed CRD)
 
 
 def _errors(error: ValidationError) -> str:

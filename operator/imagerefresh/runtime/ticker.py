@@ -51,6 +51,7 @@ from imagerefresh.runtime.gather import (
     resolve_digests,
     verify_signatures,
 )
+from imagerefresh.runtime.schema import CrdCheck
 from imagerefresh.verifier import SignatureVerifier
 
 __all__ = ["PolicyTicker", "TickOutcome"]
@@ -86,7 +87,7 @@ def _unread(read: PolicyUnreadable | None) -> str:
     """The tick outcome of a policy that is gone (None) or cannot be read."""
     if read is None:
         return "gone"
-    return "invalid" if read.part == "spec" else "unreadable_status"
+    return {"spec": "invalid", "crd": "crd_outdated"}.get(read.part, "unreadable_status")
 
 
 class PolicyTicker:
@@ -107,6 +108,8 @@ class PolicyTicker:
         self._verifier = verifier
         self.config, self.metrics, self.clock = config, metrics, clock
         self.events = events if events is not None else EventRecorder(api)
+        # Whether the installed CRD stores every field we use; asked before each tick acts.
+        self.crd = CrdCheck(api, metrics)
         # Fed by the watch on policies (handlers); a declaration outside what its policy may
         # reach claims nothing.
         self.claims = ClaimIndex(config.namespaces)
@@ -236,6 +239,7 @@ class PolicyTicker:
         if policy is None:
             return None
         try:
+            await self.crd.require()  # an outdated CRD: no policy is acted on (runtime/schema)
             found = await read_targets(
                 policy,
                 api=self.api,
@@ -328,7 +332,7 @@ class PolicyTicker:
         for event in events:
             self.events.record(policy, event.type, event.reason, event.message)
         self.metrics.condition.labels(namespace, name, "Degraded").set(1)
-        if error.part == "spec":
+        if error.part != "status":  # the policy does nothing: mark_unreadable set Ready False
             self.metrics.condition.labels(namespace, name, "Ready").set(0)
         if written:
             self.metrics.status_writes.labels(namespace, name).inc()
