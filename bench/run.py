@@ -38,6 +38,7 @@ import image as image_rows
 import kubernetes.client
 import planning
 import real_node
+import signing_cost
 from apiserver import ApiWindow, Cost
 from fleet import EDGE_AGENTS, EDGE_CP, EDGE_IMAGES, Fleet, edge_policy, edge_workloads
 from harness import (
@@ -57,8 +58,10 @@ from harness import (
 )
 
 from support.cluster_env import Cluster
+from support.cosign_env import built_cosign
 from support.hub_front import ServedRequest
 from support.realnode_env import RealNode
+from support.referrers_env import ReferrersRegistry, built
 from support.registry_env import ImagePusher
 
 BARE_OPERATOR = Path(__file__).resolve().with_name("bare_operator.py")
@@ -96,7 +99,8 @@ class Config:
     )
     # Logs and samples outlive the environment (whose state dir `e2e/local down` removes).
     logs: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="imagerefresh-bench-")))
-    # For development only: parts to leave out (image, edge, node, scale, soak, takeover).
+    # For development only: parts to leave out (image, edge, node, signatures, scale, soak,
+    # takeover).
     skip: frozenset[str] = field(
         default_factory=lambda: frozenset(filter(None, os.environ.get("BENCH_SKIP", "").split(",")))
     )
@@ -227,6 +231,7 @@ class Bench:
         self.front = HubFront(env.registry, limit=None, token_lifetime=LAPSED_TOKEN_LIFETIME)
         self.pusher = ImagePusher(env.registry)
         self.operator: OperatorRun | None = None
+        self.referrers: ReferrersRegistry | None = None  # for the signatures' rows
         self.venv = runtime_venv()  # the operator and bare kopf as the image installs them
         self.bare: dict[str, subprocess.Popen[bytes]] = {}
         self.fleet = Fleet(
@@ -256,7 +261,11 @@ class Bench:
             pairs=[f"{EDGE_CP}={EDGE_AGENTS}"],
             window=WINDOW,
             venv=self.venv,
-            extra_args=("--tick-grid-phase", repr(self.grid_phase)),
+            extra_args=(
+                "--tick-grid-phase",
+                repr(self.grid_phase),
+                *(("--insecure-registry", self.referrers.host) if self.referrers else ()),
+            ),
         )
         note(f"imagerefresh run started (pid {self.operator.pid}), log {name}.log")
         return self.operator
@@ -408,11 +417,15 @@ class Bench:
             "--timeout=60s",
             "crd/imagerefreshpolicies.images.tracebloc.io",
         )
-        for namespace in (EDGE_CP, EDGE_AGENTS, real_node.NAMESPACE):
+        watched = [EDGE_CP, EDGE_AGENTS, real_node.NAMESPACE]
+        if "signatures" not in self.config.skip:
+            watched.append(signing_cost.NAMESPACE)
+            (self.config.logs / "referrers").mkdir()
+            self.referrers = ReferrersRegistry(built(), self.config.logs / "referrers").start()
+            note(f"referrers registry on {self.referrers.host}")
+        for namespace in watched:
             self.namespace(namespace)
-        self.start_operator(
-            [EDGE_CP, EDGE_AGENTS, real_node.NAMESPACE, f"{self.fleet.prefix}-*"], "operator"
-        )
+        self.start_operator([*watched, f"{self.fleet.prefix}-*"], "operator")
 
     # -- (a) the edge: registry and API cost ----------------------------------------------
 
@@ -512,6 +525,29 @@ class Bench:
         )
         for figure, measured, kwok in rows:
             self.table.add("5 latency, real node", figure, measured, "", f"kwok {kwok}")
+
+    def signatures(self) -> None:
+        """Row 9: the registry requests spec.verify adds, per build and per tick."""
+        assert self.operator is not None
+        assert self.referrers is not None
+        lifetime, self.front.token_lifetime = self.front.token_lifetime, HUB_TOKEN_LIFETIME
+        try:  # tokens outlive the section's ticks: no challenge is verification's doing
+            rows = signing_cost.measure(
+                self.cluster,
+                self.front,
+                self.env.registry,
+                self.referrers,
+                built_cosign(),
+                self.config.logs / "signatures",
+                self.operator,
+                self.tick,
+                self.config.changes,
+                self.config.ticks,
+            )
+        finally:
+            self.front.token_lifetime = lifetime
+        for figure, measured, target, ok in rows:
+            self.table.add("9 signatures (spec.verify)", figure, measured, target, ok=ok)
 
     def _one_change(self, edge: list[tuple[str, str]], verdicts: list[float]) -> None:
         """Tick once (it patches), then wait — never ticking — for the rollout and the verdict."""
@@ -1050,6 +1086,9 @@ class Bench:
         if "node" not in self.config.skip:
             note("latency on the real node, next to kwok")
             self.real_node()
+        if "signatures" not in self.config.skip:
+            note("signatures: the registry requests spec.verify adds")
+            self.signatures()
         note("(b) the fleet: creating it")
         self.fleet_up()
         note("(b) the fleet: registry requests and API cost per round")
@@ -1076,6 +1115,8 @@ class Bench:
                     process.kill()
                     process.wait(5)
         self.front.stop()
+        if self.referrers is not None:
+            self.referrers.stop()
         self.pusher.close()
         self.triggers.close()
         self.client.close()  # type: ignore[no-untyped-call]

@@ -13,7 +13,7 @@ import itertools
 from dataclasses import dataclass, field
 
 from imagerefresh.credentials import Credentials
-from imagerefresh.planner.evidence import SignaturesUnreadable
+from imagerefresh.planner.evidence import SignatureOutcome, SignaturesUnreadable
 from imagerefresh.reference import ImageReference, parse
 from imagerefresh.registry import RegistryUnavailable
 from imagerefresh.signatures import (
@@ -42,16 +42,20 @@ class Recorder:
     failing: bool = False
     asked: list[str] = field(default_factory=list)
     gate: asyncio.Event | None = None
+    reading: asyncio.Event | None = None  # set once a lookup has read the legacy tag
 
     async def legacy_signature(
         self, reference: ImageReference, digest: str, credentials: Credentials | None = None
     ) -> LegacyEvidence | None:
         self.asked.append(f"legacy {digest}")
-        if self.gate is not None:
-            await self.gate.wait()
+        found, gate = self.signed.get(digest), self.gate  # read now, answered once the gate opens
+        if self.reading is not None:
+            self.reading.set()
+        if gate is not None:
+            await gate.wait()
         if self.failing:
             raise RegistryUnavailable("registry.test answered 503", registry="registry.test")
-        return self.signed.get(digest)
+        return found
 
     async def bundle_signatures(
         self, reference: ImageReference, digest: str, credentials: Credentials | None = None
@@ -158,3 +162,61 @@ def test_verdicts_are_per_key_set_and_callers_at_once_share_one_lookup() -> None
     results = asyncio.run(together())
     assert all(isinstance(r, Untrusted) for r in results)
     assert len(recorder.asked) - asks == 2  # one legacy HEAD, one referrers lookup
+
+
+async def held_lookup(
+    recorder: Recorder, v: SignatureVerifier, clock: Clock
+) -> tuple[asyncio.Event, asyncio.Task[dict[VerifyRequest, SignatureOutcome]]]:
+    """A lookup of the unsigned D2 that has read the legacy tag (nothing there) and answers
+    only when the returned gate opens; meanwhile D2 is signed, 5 s later."""
+    gate = recorder.gate = asyncio.Event()
+    recorder.reading = asyncio.Event()
+    looking = asyncio.ensure_future(v.verify([request(D2)]))
+    await recorder.reading.wait()
+    recorder.gate = recorder.reading = None
+    clock.now += 5
+    recorder.signed[D2] = legacy_evidence(KEY, D2, REPO.repository)
+    return gate, looking
+
+
+def test_a_tick_asked_for_shares_no_lookup_that_started_before_it_and_an_older_one_never_wins() -> (
+    None
+):
+    # A lookup read the .sig tag before the signature was pushed and is still answering when a
+    # tick is asked for: that tick asks on its own, and the older lookup, landing last, does not
+    # overwrite what the newer one concluded.
+    recorder, clock = Recorder(), Clock()
+    v = verifier(recorder, clock)
+
+    async def race() -> tuple[bool, object, object]:
+        gate, earlier = await held_lookup(recorder, v, clock)
+        asked = asyncio.ensure_future(v.verify([request(D2)], since=clock.now - 1))
+        for _ in range(100):  # turns of the event loop, not time: its lookup waits on nothing
+            if asked.done():
+                break
+            await asyncio.sleep(0)
+        answered_first = asked.done()
+        gate.set()
+        return answered_first, (await earlier)[request(D2)], (await asked)[request(D2)]
+
+    answered_first, earlier, asked = asyncio.run(race())
+    assert answered_first  # it did not wait for the older lookup
+    assert isinstance(earlier, Untrusted)
+    assert isinstance(asked, Verified)
+    asks = len(recorder.asked)
+    assert isinstance(outcome(v, request(D2)), Verified)
+    assert len(recorder.asked) == asks
+
+
+def test_an_untrusted_verdict_is_as_old_as_its_lookup_s_start() -> None:
+    # The lookup read before a tick was asked for and answered after it: the tick asks again.
+    recorder, clock = Recorder(), Clock()
+    v = verifier(recorder, clock)
+
+    async def slow_lookup() -> object:
+        gate, looking = await held_lookup(recorder, v, clock)
+        gate.set()
+        return (await looking)[request(D2)]
+
+    assert isinstance(asyncio.run(slow_lookup()), Untrusted)
+    assert isinstance(outcome(v, request(D2), since=clock.now - 1), Verified)

@@ -61,8 +61,9 @@ from imagerefresh.runtime.config import OperatorConfig, parse_namespace_pairs
 from imagerefresh.runtime.coverage import AuditUnreadable, read_coverage
 from imagerefresh.runtime.election import ElectionTimings, Elector, default_identity
 from imagerefresh.runtime.events import EventRecorder
-from imagerefresh.runtime.gather import RESET_ANNOTATION, Gathered, PolicyUnreadable
+from imagerefresh.runtime.gather import Gathered
 from imagerefresh.runtime.migrate import Migrator
+from imagerefresh.runtime.reads import RESET_ANNOTATION, PolicyUnreadable
 from imagerefresh.runtime.render import render_findings, render_plan
 from imagerefresh.runtime.ticker import PolicyTicker
 from imagerefresh.verifier import SignatureVerifier

@@ -28,7 +28,7 @@ import kopf
 
 from imagerefresh.kube.namespaces import NamespaceScope
 from imagerefresh.models import PolicySpec, parse_duration
-from imagerefresh.runtime.gather import RESET_ANNOTATION, WINDOW_OVERRIDE_ANNOTATION
+from imagerefresh.runtime.reads import RESET_ANNOTATION, WINDOW_OVERRIDE_ANNOTATION
 from imagerefresh.runtime.schedule import random_phase
 from imagerefresh.runtime.scheduler import Scheduler
 from imagerefresh.runtime.ticker import PolicyTicker

@@ -15,6 +15,11 @@ next interval, then doubling up to :data:`MAX_BACKOFF` — because signatures ar
 after the image; a tick someone asked for (``refresh-now``) asks again at once. A registry that
 fails to answer is not remembered: the next tick asks again, and meanwhile nothing is pinned.
 
+A verdict is as old as the lookup that concluded it — its reads may have come before a signature
+was pushed, however late its answer — so a tick asked for shares no lookup that started before it
+was asked (as resolutions do), and a lookup that started earlier never overwrites what a later
+one concluded.
+
 The order of the lookups keeps the cost down: the legacy ``.sig`` tag first (one HEAD when
 there is none), the referrers only when it verified nothing. Callers asking about the same
 digest at once share one lookup.
@@ -72,7 +77,7 @@ class VerifyRequest:
 @dataclass(slots=True)
 class _Remembered:
     verdict: Verified | Untrusted
-    at: float  # when it was concluded (this verifier's clock)
+    at: float  # when the lookup that concluded it started (this verifier's clock)
     misses: int = 0  # untrusted verdicts in a row: the backoff's exponent
 
 
@@ -90,7 +95,10 @@ class SignatureVerifier:
         self.clock = clock
         self._observer = observer
         self._verdicts: OrderedDict[tuple[str, str, tuple[str, ...]], _Remembered] = OrderedDict()
-        self._flying: dict[tuple[str, str, tuple[str, ...]], asyncio.Task[SignatureOutcome]] = {}
+        # The newest lookup of each memo in flight, and when it started.
+        self._flying: dict[
+            tuple[str, str, tuple[str, ...]], tuple[float, asyncio.Task[SignatureOutcome]]
+        ] = {}
 
     async def verify(
         self, requests: Iterable[VerifyRequest], *, since: float | None = None
@@ -98,7 +106,8 @@ class SignatureVerifier:
         """A verdict for each request: remembered, or looked up now.
 
         ``since`` (this verifier's clock): a tick asked for then — an untrusted verdict
-        concluded before it is asked again, whatever its backoff.
+        whose lookup started before it is asked again, whatever its backoff, and no lookup
+        that started before it is shared.
         """
         unique = list(dict.fromkeys(requests))
         outcomes = await asyncio.gather(*(self._outcome(r, since) for r in unique))
@@ -122,14 +131,23 @@ class SignatureVerifier:
         fresh = self._fresh(request, since)
         if fresh is not None:
             return fresh
-        task = self._flying.get(request.memo)
-        if task is None:
-            task = asyncio.ensure_future(self._look_up(request))
-            self._flying[request.memo] = task
-            task.add_done_callback(lambda _: self._flying.pop(request.memo, None))
-        return await task
+        memo = request.memo
+        flying = self._flying.get(memo)
+        if flying is None or (since is not None and flying[0] < since):
+            started = self.clock()
+            task = asyncio.ensure_future(self._look_up(request, started))
+            flying = self._flying[memo] = (started, task)
+            task.add_done_callback(lambda done: self._landed(memo, done))
+        return await flying[1]
 
-    async def _look_up(self, request: VerifyRequest) -> SignatureOutcome:
+    def _landed(
+        self, memo: tuple[str, str, tuple[str, ...]], task: asyncio.Task[SignatureOutcome]
+    ) -> None:
+        flying = self._flying.get(memo)
+        if flying is not None and flying[1] is task:
+            del self._flying[memo]
+
+    async def _look_up(self, request: VerifyRequest, started: float) -> SignatureOutcome:
         host = registry_host(request.repository.domain)
         try:
             verdict = await self._read_and_verify(request)
@@ -144,7 +162,7 @@ class SignatureVerifier:
                 f"verifying failed unexpectedly ({type(error).__name__}); this is a bug in "
                 "imagerefresh — report it with the operator's log",
             )
-        self._remember(request, verdict)
+        self._remember(request, verdict, started)
         self._observe(host, "verified" if isinstance(verdict, Verified) else "untrusted")
         return verdict
 
@@ -159,12 +177,19 @@ class SignatureVerifier:
         bundles = await self.client.bundle_signatures(reference, digest, request.credentials)
         return verify(digest, reference, keys, legacy=legacy, bundles=bundles)
 
-    def _remember(self, request: VerifyRequest, verdict: Verified | Untrusted) -> None:
+    def _remember(
+        self, request: VerifyRequest, verdict: Verified | Untrusted, started: float
+    ) -> None:
         before = self._verdicts.pop(request.memo, None)
+        if before is not None and (isinstance(before.verdict, Verified) or before.at > started):
+            # What a later lookup concluded (or a verified signature) stands: this one read
+            # earlier, however late it answered.
+            self._verdicts[request.memo] = before
+            return
         misses = 0
         if isinstance(verdict, Untrusted):
             misses = (before.misses if before is not None else 0) + 1
-        self._verdicts[request.memo] = _Remembered(verdict, self.clock(), misses)
+        self._verdicts[request.memo] = _Remembered(verdict, started, misses)
         while len(self._verdicts) > MAX_REMEMBERED:
             self._verdicts.popitem(last=False)
 

@@ -219,6 +219,23 @@ def test_adoption_and_settling_are_judged_on_the_image_ids_containerd_reports(
     assert image_id(real_node.running(ns, "index")[0]) == f"{reg}/{ns}/multi@{newer.digest}"
 
 
+def _running_a_good_build(
+    cluster: Cluster, real_node: RealNode, pusher: ImagePusher, ns: str, reg: str, seed: str
+) -> str:
+    """Deployment ``app`` on the real node, pinned to a good build of ``app:prod`` and Running;
+    that build's digest. Its progress deadline is short, so a failing rollout is judged soon."""
+    good = pusher.push(f"{ns}/app", "prod", seed=seed, entrypoint=SLEEP)
+    # A readiness probe, as every control-plane Deployment has: without one, a container that
+    # exits at once is Ready for an instant, the rollout completes and the old pod is gone
+    # (e2e/README.md "What the real node reports"); then only rolloutTimeout ends the refresh.
+    pinned = f"{reg}/{ns}/app@{good.digest}"
+    deployment = real_node.deployment("app", pinned, readiness=["/bin/busybox", "true"])
+    deployment["spec"]["progressDeadlineSeconds"] = 10
+    cluster.apply(deployment, namespace=ns)
+    real_node.running(ns, "app")
+    return good.digest
+
+
 def test_a_build_that_crashes_is_rolled_back_and_distinct_crashing_builds_lock_the_target(
     node_operator: Operator,
     cluster: Cluster,
@@ -227,14 +244,8 @@ def test_a_build_that_crashes_is_rolled_back_and_distinct_crashing_builds_lock_t
     policy_namespace: str,
 ) -> None:
     ns, reg = policy_namespace, node_operator.registry
-    good = pusher.push(f"{ns}/app", "prod", seed="crash-good", entrypoint=SLEEP)
-    pinned_good = f"{reg}/{ns}/app@{good.digest}"
-    # A readiness probe, as every control-plane Deployment has: without one, a container that
-    # exits at once is Ready for an instant, the rollout completes and the old pod is gone
-    # (e2e/README.md "What the real node reports"); then only rolloutTimeout ends the refresh.
-    deployment = real_node.deployment("app", pinned_good, readiness=["/bin/busybox", "true"])
-    deployment["spec"]["progressDeadlineSeconds"] = 10
-    cluster.apply(deployment, namespace=ns)
+    good = _running_a_good_build(cluster, real_node, pusher, ns, reg, "crash-good")
+    pinned_good = f"{reg}/{ns}/app@{good}"
     original = real_node.running(ns, "app")[0]["metadata"]["uid"]
     cluster.apply(
         policy("control-plane", target("app", app=f"{reg}/{ns}/app:prod"), maxRefreshAttempts=2),
@@ -276,7 +287,7 @@ def test_a_build_that_crashes_is_rolled_back_and_distinct_crashing_builds_lock_t
         # The old pod was never taken away; it is the one Running, on the good digest.
         pods = real_node.running(ns, "app")
         assert pods[0]["metadata"]["uid"] == original
-        assert image_id(pods[0]).endswith(f"@{good.digest}")
+        assert image_id(pods[0]).endswith(f"@{good}")
     event_reasons(cluster, ns, "app", "RolledBack", "RollingBack", "Locked")
     node_operator.tick(ns, "control-plane")
     assert images(cluster, ns, "app") == {"app": pinned_good}  # no re-imaging while Locked
@@ -340,12 +351,9 @@ def test_a_build_the_node_cannot_pull_counts_an_attempt_but_is_not_barred(
     policy_namespace: str,
 ) -> None:
     ns, reg = policy_namespace, node_operator.registry
-    good = pusher.push(f"{ns}/app", "prod", seed="pull-good", entrypoint=SLEEP)
-    pinned_good = f"{reg}/{ns}/app@{good.digest}"
-    deployment = real_node.deployment("app", pinned_good, readiness=["/bin/busybox", "true"])
-    deployment["spec"]["progressDeadlineSeconds"] = 10
-    cluster.apply(deployment, namespace=ns)
-    real_node.running(ns, "app")
+    pinned_good = (
+        f"{reg}/{ns}/app@{_running_a_good_build(cluster, real_node, pusher, ns, reg, 'pull-good')}"
+    )
     cluster.apply(policy("control-plane", target("app", app=f"{reg}/{ns}/app:prod")), namespace=ns)
     node_operator.wait_first_tick(ns, "control-plane")
     # An index offering only arm64: the amd64 kubelet cannot pull it ("no match for platform").

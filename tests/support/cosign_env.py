@@ -18,7 +18,7 @@ import pytest
 
 from support.helm_env import BUILD_BINARIES
 
-__all__ = ["KeyPair", "cosign", "key_pair"]
+__all__ = ["KeyPair", "built_cosign", "cosign", "key_pair"]
 
 # A cold build of cosign's module and its dependencies (about 6 CPU minutes, 1.8 GB of
 # modules); the build's own timeout, so that a test using the fixture needs a longer one too.
@@ -47,16 +47,25 @@ def key_pair(cosign: Path, directory: Path, password: str = "release-test") -> K
     return KeyPair(directory / "cosign.key", directory / "cosign.pub", password)
 
 
-@pytest.fixture(scope="session")
-def cosign() -> Path:
-    """The pinned cosign, built first when it is not cached yet."""
+def built_cosign() -> Path:
+    """The pinned cosign, built first when it is not cached yet (RuntimeError if the build
+    fails)."""
     done = subprocess.run(
         [str(BUILD_BINARIES), "cosign"], capture_output=True, text=True,
         timeout=BUILD_TIMEOUT, check=False,
     )  # fmt: skip
     if done.returncode != 0:
-        pytest.fail(f"e2e/build-binaries cosign failed:\n{done.stderr[-3000:]}", pytrace=False)
+        raise RuntimeError(f"e2e/build-binaries cosign failed:\n{done.stderr[-3000:]}")
     bin_dir = subprocess.run(
         [str(BUILD_BINARIES), "--print-bin-dir"], capture_output=True, text=True, check=True
     ).stdout.strip()
     return Path(bin_dir) / "cosign"
+
+
+@pytest.fixture(scope="session")
+def cosign() -> Path:
+    """The pinned cosign, built first when it is not cached yet."""
+    try:
+        return built_cosign()
+    except RuntimeError as error:
+        pytest.fail(str(error), pytrace=False)

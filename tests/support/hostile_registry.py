@@ -36,6 +36,10 @@ manifest, one blob or the referrers endpoint can be singled out:
 ``redirect-get``            a GET is redirected (302) to :attr:`redirect_to`
 ``html-get``                a GET answers 200 ``text/html``, as a sign-in page or a catch-all
                             route would
+``late``                    the first such request gets what the registry answered when it
+                            arrived, but only once :meth:`HostileRegistry.release` is called:
+                            a lookup whose read came before a change and whose answer after it
+                            (re-armed by :meth:`HostileRegistry.hold_next`)
 ==========================  ==================================================================
 
 ``require_basic`` adds a Basic challenge before any of it. It speaks HTTP itself over asyncio
@@ -76,7 +80,7 @@ OVERSIZED_TOKEN_BYTES = 64 * 1024 + 1
 TAMPERED_CHILD = "sha256:" + "e7" * 32
 # Behaviours that single out the requests whose path contains HostileRegistry.only.
 _SINGLED_OUT_BEHAVIOURS = frozenset(
-    {"status", "oversized-get", "tampered-get", "redirect-get", "html-get"}
+    {"status", "oversized-get", "tampered-get", "redirect-get", "html-get", "late"}
 )
 # Behaviours that omit the digest from the HEAD and mangle the GET fallback's answer.
 _GET_FALLBACK_BEHAVIOURS = frozenset(
@@ -124,6 +128,8 @@ class HostileRegistry:
     _open: set[asyncio.StreamWriter] = field(default_factory=set)
     _server: asyncio.Server | None = None
     _thread: threading.Thread | None = None
+    _late_taken: bool = False  # the one late answer of "late" was taken
+    _released: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def host(self) -> str:
@@ -171,6 +177,17 @@ class HostileRegistry:
         if self._thread is not None:
             self._thread.join(10)
         self._loop = None  # stopped: stopping again does nothing
+
+    def hold_next(self, only: str) -> None:
+        """Behave ``late`` for the next request whose path contains ``only``."""
+        self._released = asyncio.Event()
+        self._late_taken = False
+        self.behaviour, self.only = "late", only
+
+    def release(self) -> None:
+        """Let the held late answer go."""
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._released.set)
 
     # --- one connection, one request -----------------------------------------------------
 
@@ -270,6 +287,20 @@ class HostileRegistry:
         """The answer of a behaviour of the second table; None: forward as it is."""
         if self.behaviour == "status":
             return self.status, [], b"", False
+        if self.behaviour == "late":
+            if self._late_taken:
+                return None
+            self._late_taken = True
+            upstream = await self._backend.request(
+                method, target, headers={"Accept": headers.get("accept", "")}
+            )
+            await self._released.wait()
+            answer = [
+                (name, value)
+                for name, value in upstream.headers.items()
+                if name.lower() in ("content-type", "docker-content-digest")
+            ]
+            return upstream.status_code, answer, upstream.content, False
         if method != "GET":
             return None
         if self.behaviour == "redirect-get":

@@ -24,7 +24,7 @@ import pytest
 
 from support.helm_env import BUILD_BINARIES
 
-__all__ = ["LoggedRequest", "ReferrersRegistry", "referrers_registry"]
+__all__ = ["LoggedRequest", "ReferrersRegistry", "built", "referrers_registry"]
 
 BUILD_TIMEOUT = 600
 # "2026/12/04 00:08:31.422671 GET /v2/app/referrers/sha256:… [404 CODE message]": the registry
@@ -98,15 +98,15 @@ class ReferrersRegistry:
         return found
 
 
-def _built() -> Path:
+def built() -> Path:
+    """The registry's binary, built first when it is not cached yet (RuntimeError if the build
+    fails)."""
     done = subprocess.run(
         [str(BUILD_BINARIES), "referrers-registry"], capture_output=True, text=True,
         timeout=BUILD_TIMEOUT, check=False,
     )  # fmt: skip
     if done.returncode != 0:
-        pytest.fail(
-            f"e2e/build-binaries referrers-registry failed:\n{done.stderr[-3000:]}", pytrace=False
-        )
+        raise RuntimeError(f"e2e/build-binaries referrers-registry failed:\n{done.stderr[-3000:]}")
     bin_dir = subprocess.run(
         [str(BUILD_BINARIES), "--print-bin-dir"], capture_output=True, text=True, check=True
     ).stdout.strip()
@@ -116,7 +116,11 @@ def _built() -> Path:
 @pytest.fixture(scope="session")
 def referrers_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferrersRegistry]:
     """A registry with the OCI referrers API on loopback (plain HTTP), built when missing."""
-    server = ReferrersRegistry(_built(), tmp_path_factory.mktemp("referrers-registry")).start()
+    try:
+        binary = built()
+    except RuntimeError as error:
+        pytest.fail(str(error), pytrace=False)
+    server = ReferrersRegistry(binary, tmp_path_factory.mktemp("referrers-registry")).start()
     try:
         yield server
     finally:

@@ -246,10 +246,18 @@ def _cosign(cosign: Path, *args: str, password: str, cwd: Path | None = None) ->
 _SIGN_OFFLINE = ("--use-signing-config=false", "--tlog-upload=false", "--allow-http-registry")
 
 
-def cosign_sign(cosign: Path, key: Path, image: str, *, bundle_format: bool, password: str) -> None:
-    """``cosign sign --key`` of ``image`` (repo@digest), legacy or bundle format, offline."""
+def cosign_sign(
+    cosign: Path, key: Path, image: str, *, bundle_format: bool, password: str,
+    identity: str | None = None,
+) -> None:  # fmt: skip
+    """``cosign sign --key`` of ``image`` (repo@digest), legacy or bundle format, offline.
+
+    ``identity``: the repository a legacy payload claims (``--sign-container-identity``)
+    instead of ``image``'s — as when the image is pushed to a registry and pulled through a
+    proxy in front of it, which is where the operator's tests track it."""
+    claim = () if identity is None else (f"--sign-container-identity={identity}",)
     _cosign(
-        cosign, "sign", "--yes", "--key", str(key), *_SIGN_OFFLINE,
+        cosign, "sign", "--yes", "--key", str(key), *_SIGN_OFFLINE, *claim,
         f"--new-bundle-format={'true' if bundle_format else 'false'}", image, password=password,
     )  # fmt: skip
 

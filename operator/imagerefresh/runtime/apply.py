@@ -54,7 +54,8 @@ from imagerefresh.planner import (
     revise_target,
 )
 from imagerefresh.runtime.events import EventRecorder
-from imagerefresh.runtime.gather import Gathered, PolicyUnreadable
+from imagerefresh.runtime.gather import Gathered
+from imagerefresh.runtime.reads import PolicyUnreadable
 
 __all__ = ["Applied", "apply_plan", "mark_unreadable"]
 

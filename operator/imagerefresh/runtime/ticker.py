@@ -34,23 +34,13 @@ from imagerefresh.planner import (
 )
 from imagerefresh.ratelimit import RateLimitLedger, Reservation
 from imagerefresh.resolver import SharedResolver
+from imagerefresh.runtime.answers import Digests, Signatures, resolve_digests, verify_signatures
 from imagerefresh.runtime.apply import Applied, apply_plan, mark_unreadable
 from imagerefresh.runtime.claims import ClaimIndex
 from imagerefresh.runtime.config import OperatorConfig
 from imagerefresh.runtime.events import EventRecorder
-from imagerefresh.runtime.gather import (
-    Digests,
-    Gathered,
-    PolicyUnreadable,
-    Signatures,
-    TargetReads,
-    assemble,
-    budgets,
-    gather,
-    read_targets,
-    resolve_digests,
-    verify_signatures,
-)
+from imagerefresh.runtime.gather import Gathered, assemble, budgets, gather
+from imagerefresh.runtime.reads import PolicyUnreadable, TargetReads, read_targets
 from imagerefresh.runtime.schema import CrdCheck
 from imagerefresh.verifier import SignatureVerifier
 

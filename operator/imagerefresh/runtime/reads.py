@@ -1,0 +1,298 @@
+"""The API half of a tick's evidence: the policy as the planner sees it, its workloads, pods and
+pull secrets.
+
+Reads run concurrently on threads (the official Kubernetes client is synchronous), bounded by
+the operator's configuration, and are reduced as they arrive to what a tick keeps. Every failure
+becomes explicit evidence — a target whose reads failed carries the error — so the planner can
+fail closed instead of mistaking silence for an answer. What each container's tag is to be
+resolved with (its pull secret's credentials) is decided here too; the registry is asked in
+:mod:`.answers`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from imagerefresh.credentials import ANONYMOUS, Credentials, credentials_for
+from imagerefresh.kube.api import KubeApi, ReadCache
+from imagerefresh.kube.errors import KubeError
+from imagerefresh.models import ContainerSpec, PolicySpec, PolicyStatus
+from imagerefresh.planner import ObservedPod, PolicyView, TargetKey, Workload, in_flight
+from imagerefresh.planner.windows import WINDOW_OVERRIDE_ANNOTATION
+from imagerefresh.reference import InvalidReference, parse, registry_host
+from imagerefresh.resolver import ResolutionKey
+from imagerefresh.runtime.config import OperatorConfig
+
+__all__ = [
+    "RESET_ANNOTATION",
+    "WINDOW_OVERRIDE_ANNOTATION",
+    "PolicyUnreadable",
+    "TargetReads",
+    "WorkloadRead",
+    "policy_view",
+    "read_targets",
+    "unreadable_message",
+]
+
+RESET_ANNOTATION = "images.tracebloc.io/reset"
+
+
+@dataclass
+class WorkloadRead:
+    """One target's reads, reduced as they arrive to what the rest of the tick keeps.
+
+    The API's objects are large (a Deployment with its managedFields is several KiB of JSON,
+    tens of KiB as Python objects) and a round of many policies ticking together holds all of
+    theirs at once: pods become :class:`ObservedPod` as soon as they are listed, and the
+    workload becomes :class:`Workload` plus a reference (for events) once the reads are done.
+    """
+
+    workload: dict[str, Any] | None = None
+    parsed: Workload | None = None
+    pods: tuple[ObservedPod, ...] = ()
+    secrets: list[dict[str, Credentials]] = field(default_factory=list)
+    error: str | None = None
+    unreadable: str | None = None  # an object the API returned that we cannot read
+
+
+class PolicyUnreadable(ValueError):
+    """The policy's spec or status cannot be read: the tick does nothing but say so."""
+
+    def __init__(self, part: str, message: str) -> None:
+        super().__init__(message)
+        self.part = part  # "spec", "status", or "crd" (runtime/schema: the installed CRD)
+
+
+def _errors(error: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}" for e in error.errors()[:5]
+    )
+
+
+def policy_view(policy: Mapping[str, Any], *, follow_up: bool = False) -> PolicyView:
+    """The planner's view of a policy object; :class:`PolicyUnreadable` if it cannot be read.
+
+    A status that does not parse fails closed — unless a new reset was requested, which
+    rebuilds the status from live evidence (the tick then starts from an empty one). Only a
+    tick that reads every target may rebuild it: a ``follow_up`` fails closed and leaves the
+    reset to that tick.
+    """
+    metadata = policy["metadata"]
+    name = f"{metadata['namespace']}/{metadata['name']}"
+    annotations = metadata.get("annotations") or {}
+    reset = annotations.get(RESET_ANNOTATION)
+    try:
+        spec = PolicySpec.model_validate(policy.get("spec") or {})
+    except ValidationError as error:
+        raise PolicyUnreadable(
+            "spec",
+            f"the spec of {name} is invalid ({_errors(error)}); nothing is refreshed until it "
+            "is fixed",
+        ) from error
+    raw = policy.get("status") or {}
+    try:
+        status = PolicyStatus.model_validate(raw)
+    except ValidationError as error:
+        honoured = raw.get("lastReset") if isinstance(raw, dict) else None
+        if follow_up or reset is None or reset == honoured:
+            raise PolicyUnreadable(
+                "status",
+                f"the status of {name} cannot be read ({_errors(error)}); it was not written "
+                "by this operator, so nothing is patched on it. Reset the policy to rebuild "
+                f"it from live evidence: imagerefresh reset {name}",
+            ) from error
+        status = PolicyStatus()
+    return PolicyView(
+        namespace=metadata["namespace"],
+        name=metadata["name"],
+        generation=int(metadata.get("generation") or 0),
+        spec=spec,
+        status=status,
+        reset_request=reset,
+        window_override=annotations.get(WINDOW_OVERRIDE_ANNOTATION),
+    )
+
+
+def _read_workload(api: KubeApi, key: TargetKey) -> WorkloadRead:
+    try:
+        return WorkloadRead(api.read_workload(key.kind, key.namespace, key.name))
+    except KubeError as error:
+        return WorkloadRead(error=str(error))
+
+
+def _read_secrets(api: KubeApi, key: TargetKey, read: WorkloadRead, cache: ReadCache) -> None:
+    assert read.workload is not None
+    try:
+        pod_spec = read.workload["spec"]["template"]["spec"]
+        read.secrets = api.read_pull_secrets(key.namespace, pod_spec, cache)
+    except KubeError as error:
+        read.error = read.error or str(error)
+
+
+def _read_pods(api: KubeApi, namespace: str, reads: list[WorkloadRead]) -> None:
+    selectors = [(read.workload or {})["spec"].get("selector") or {} for read in reads]
+    for read, pods in zip(reads, api.list_pods_of(namespace, selectors), strict=True):
+        if isinstance(pods, KubeError):
+            read.error = str(pods)
+            continue
+        try:
+            read.pods = tuple(ObservedPod.from_api(pod) for pod in pods)
+        except (KeyError, TypeError, ValueError) as error:
+            read.unreadable = unreadable_message(error)
+
+
+def unreadable_message(error: Exception) -> str:
+    return f"the API returned an object we cannot read: {error!r}"
+
+
+def _reduced(read: WorkloadRead) -> WorkloadRead:
+    """What the tick keeps of a target's reads (see :class:`WorkloadRead`)."""
+    if read.error is not None:
+        return WorkloadRead(error=read.error)  # as if nothing was read
+    if read.workload is None:
+        return read
+    try:
+        read.parsed = Workload.from_api(read.workload)
+    except (KeyError, TypeError, ValueError) as error:
+        read.unreadable = unreadable_message(error)
+    metadata = read.workload.get("metadata") or {}
+    read.workload = {
+        "apiVersion": read.workload.get("apiVersion"),
+        "kind": read.workload.get("kind"),
+        "metadata": {
+            key: metadata[key]
+            for key in ("name", "namespace", "uid", "resourceVersion")
+            if key in metadata
+        },
+    }
+    return read
+
+
+async def _read_all(
+    api: KubeApi, keys: list[TargetKey], concurrency: int, shared: ReadCache | None
+) -> dict[TargetKey, WorkloadRead]:
+    """Every target's workload, then (concurrently) its pods and pull secrets.
+
+    The tick's reads share a :class:`ReadCache` (each ServiceAccount and pull secret is read
+    once per tick, not once per target — or once per window across the policies ticking
+    together, with ``shared``) and the pods of one namespace's targets are listed together,
+    in one request when their selectors allow it.
+    """
+    gate = asyncio.Semaphore(concurrency)
+    cache = shared if shared is not None else ReadCache()
+
+    async def bounded(call: Callable[..., Any], *args: Any) -> Any:
+        async with gate:
+            return await asyncio.to_thread(call, api, *args)
+
+    found = await asyncio.gather(*(bounded(_read_workload, key) for key in keys))
+    reads = dict(zip(keys, found, strict=True))
+    present = {key: read for key, read in reads.items() if read.workload is not None}
+    by_namespace: dict[str, list[WorkloadRead]] = {}
+    for key, read in present.items():
+        by_namespace.setdefault(key.namespace, []).append(read)
+    await asyncio.gather(
+        *(bounded(_read_pods, namespace, group) for namespace, group in by_namespace.items()),
+        *(bounded(_read_secrets, key, read, cache) for key, read in present.items()),
+    )
+    return {key: _reduced(read) for key, read in reads.items()}
+
+
+def _identities(
+    chosen: Mapping[tuple[TargetKey, str], Credentials | None],
+) -> tuple[dict[TargetKey, dict[str, str]], dict[tuple[str, str], str]]:
+    """Each target's account per registry host, named by its pull secret (or ``anonymous``),
+    and the ledger's account key behind each (host, name).
+
+    The name is the pull secret's ``namespace/name``, never a username. Budgets are per
+    account, so pull secrets holding the same credential share one name (the first in order)
+    and the planner spends one budget for them, not one each.
+    """
+    names: dict[tuple[str, str], str] = {}
+    for (_, host), credentials in chosen.items():
+        account, name = (
+            (credentials.account, credentials.identity) if credentials else (ANONYMOUS, ANONYMOUS)
+        )
+        names[(host, account)] = min(name, names.get((host, account), name))
+    identities: dict[TargetKey, dict[str, str]] = {}
+    for (key, host), credentials in chosen.items():
+        account = credentials.account if credentials else ANONYMOUS
+        identities.setdefault(key, {})[host] = names[(host, account)]
+    accounts = {(host, name): account for (host, account), name in names.items()}
+    return identities, accounts
+
+
+def _runs_tracked(workload: Workload | None, container: ContainerSpec) -> bool:
+    """Whether the live container runs the tracked repository: only then is its registry
+    asked (a Conflict is never patched, so its tag is nobody's business)."""
+    live = workload.containers.get(container.name) if workload is not None else None
+    if live is None:
+        return False
+    try:
+        return parse(live.image).repository == container.tracked.repository
+    except InvalidReference:
+        return False
+
+
+@dataclass
+class TargetReads:
+    """A tick's API reads, done: what the registry is to be asked, and with which account."""
+
+    view: PolicyView
+    claims: Mapping[tuple[TargetKey, str], str]
+    reads: dict[TargetKey, WorkloadRead] = field(default_factory=dict)
+    # (target, container) → what resolves its tracked tag (unpinned, running the tracked repo)
+    wanted: dict[tuple[TargetKey, str], ResolutionKey] = field(default_factory=dict)
+    identities: dict[TargetKey, dict[str, str]] = field(default_factory=dict)
+    accounts: dict[tuple[str, str], str] = field(default_factory=dict)  # (host, name) → account
+    # (target, registry host) → the pull secret's credentials the registry is asked with
+    credentials: dict[tuple[TargetKey, str], Credentials | None] = field(default_factory=dict)
+
+
+async def read_targets(
+    policy: Mapping[str, Any],
+    *,
+    api: KubeApi,
+    config: OperatorConfig,
+    claimed_elsewhere: Mapping[tuple[TargetKey, str], str] | None = None,
+    follow_up: bool = False,
+    shared_reads: ReadCache | None = None,
+    asked_at: float | None = None,
+) -> TargetReads:
+    """The API half of a tick's evidence: the policy's view, its workloads, pods and pull
+    secrets, and what each container's tag is to be resolved with (see :func:`gather`)."""
+    view = policy_view(policy, follow_up=follow_up)
+    spec = view.spec
+    found = TargetReads(view, claimed_elsewhere or {})
+    if spec.suspend:
+        return found
+    keys = [view.target_key(index) for index in range(len(spec.targets))]
+    reachable = [k for k in keys if config.namespaces.allows(view.namespace, k.namespace)]
+    if follow_up:
+        flying = in_flight(spec, view.status, view.namespace).workloads
+        reachable = [k for k in reachable if k in flying]
+    found.reads = await _read_all(
+        api, reachable, config.kube_concurrency, None if asked_at is not None else shared_reads
+    )
+    chosen: dict[tuple[TargetKey, str], Credentials | None] = {}
+    for index, target in enumerate(spec.targets):
+        key = keys[index]
+        read = found.reads.get(key)
+        if read is None or read.workload is None:
+            continue
+        for container in target.containers:
+            domain = container.tracked.domain
+            credentials = credentials_for(domain, read.secrets)
+            chosen[(key, registry_host(domain))] = credentials
+            if container.digest is None and _runs_tracked(read.parsed, container):
+                found.wanted[(key, container.name)] = ResolutionKey.of(
+                    container.tracked, credentials
+                )
+    found.identities, found.accounts = _identities(chosen)
+    found.credentials = chosen
+    return found
