@@ -79,11 +79,13 @@ def served_missing(cluster: Cluster) -> list[FieldPath]:
 def install(cluster: Cluster, crd: dict[str, Any] | Path, missing: list[FieldPath]) -> None:
     """Apply ``crd`` as the crd_installed fixture does (same field manager, so fields it no
     longer names are removed), and wait until the API server serves it: what it publishes
-    lacks exactly ``missing``."""
+    lacks exactly ``missing``. Conflicts are forced: a chart test's helm release of this
+    session may own the versions by now, as an upgrade by hand would find them."""
+    apply = ("apply", "--server-side", "--force-conflicts")
     if isinstance(crd, Path):
-        cluster.kubectl("apply", "--server-side", "-f", str(crd))
+        cluster.kubectl(*apply, "-f", str(crd))
     else:
-        cluster.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(crd))
+        cluster.kubectl(*apply, "-f", "-", input=json.dumps(crd))
     cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{CRD_NAME}")
     eventually(
         lambda: served_missing(cluster) == missing,
