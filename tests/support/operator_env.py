@@ -205,7 +205,8 @@ class Operator:
 
 @pytest.fixture(scope="module")
 def crd_installed(cluster: Cluster) -> Cluster:
-    cluster.kubectl("apply", "--server-side", "-f", str(CRD))
+    # Forced: a chart test's helm release may own the CRD by now; this fixture installs ours.
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
     cluster.kubectl(
         "wait",
         "--for=condition=Established",
