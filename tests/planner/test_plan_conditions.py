@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from imagerefresh.planner import Event
 
-from support.ticks import JM, Tick, budget, digest, evidence, key, spec, target
-from support.workloads import deployment
+from support.ticks import JM, Tick, budget, digest, evidence, key, spec, target, without_offline
+from support.workloads import deployment, pod
 
 D1, D2 = digest(1), digest(2)
 JM_REPO = "tracebloc/jobs-manager"
@@ -27,14 +27,18 @@ def policy_events(plan_events: tuple[Event, ...]) -> list[Event]:
     return [e for e in plan_events if e.target is None]
 
 
+def policy_events_but_offline(plan_events: tuple[Event, ...]) -> list[Event]:
+    return without_offline(policy_events(plan_events))
+
+
 def test_a_quiet_policy_says_why_each_condition_is_false() -> None:
     tick = Tick(spec(*(target(n, api=JM) for n in NAMES)))
+    pinned = {"api": f"{JM_REPO}@{D1}"}
+    on_edge = [pod("p", {"api": f"{JM_REPO}@{D1}"}, node="edge-1", images=pinned)]
     plan = tick.run(
-        {
-            key(n): evidence(deployment(n, {"api": f"{JM_REPO}@{D1}"}), digests={"api": D1})
-            for n in NAMES
-        }
+        {key(n): evidence(deployment(n, pinned), on_edge, digests={"api": D1}) for n in NAMES}
     )
+    offline = "the pods of all 2 targets would restart with the registry unreachable"
     assert conditions(tick) == {
         "Ready": ("True", "AllCurrent", "all 2 targets run their desired digests"),
         "Refreshing": ("False", "NoRolloutInFlight", ""),
@@ -42,9 +46,11 @@ def test_a_quiet_policy_says_why_each_condition_is_false() -> None:
         "Locked": ("False", "NoTargetLocked", ""),
         "RateLimited": ("False", "WithinPullBudget", ""),
         "Degraded": ("False", "EvidenceRead", ""),
+        "OfflineReady": ("True", "RestartsOffline", offline),
     }
     assert policy_events(plan.events) == [
-        Event("Normal", "AllCurrent", "all 2 targets run their desired digests")
+        Event("Normal", "AllCurrent", "all 2 targets run their desired digests"),
+        Event("Normal", "RestartsOffline", offline),
     ]
     assert (plan.degraded, plan.rate_limited) == (False, False)
 
@@ -99,7 +105,7 @@ def test_deferred_and_unreadable_targets_are_named_and_announced_once_each_way()
     assert policy_events(plan.events) == [Event("Warning", "EvidenceUnreadable", message)]
     assert (plan.degraded, plan.rate_limited) == (True, False)
     plan = tick.run(drifted, {(HUB, "anonymous"): budget(HUB, remaining=50)})
-    assert policy_events(plan.events) == [Event("Normal", "EvidenceRead", "Degraded")]
+    assert policy_events_but_offline(plan.events) == [Event("Normal", "EvidenceRead", "Degraded")]
 
 
 def test_a_suspended_policy_is_not_ready_and_says_so() -> None:

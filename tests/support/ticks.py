@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from imagerefresh.models import PolicySpec, PolicyStatus
 from imagerefresh.planner import (
+    Event,
     NamespacePolicy,
     ObservedPod,
     Plan,
@@ -151,3 +152,11 @@ class Tick:
 
     def condition(self, kind: str) -> Any:
         return next(c for c in self.status.conditions if c.type == kind)
+
+
+OFFLINE_REASONS = frozenset({"RestartsOffline", "NeedsRegistryToRestart"})
+
+
+def without_offline(events: Iterable[Event]) -> list[Event]:
+    """``events`` but the OfflineReady condition's (tables that test something else)."""
+    return [e for e in events if e.reason not in OFFLINE_REASONS]

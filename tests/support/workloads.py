@@ -107,8 +107,14 @@ def _template(images: dict[str, str], init_images: dict[str, str] | None) -> Jso
     return {"metadata": {"labels": {"app": "x"}}, "spec": spec}
 
 
-def pod(name: str, image_ids: dict[str, str | None]) -> Json:
-    return {
+def pod(
+    name: str,
+    image_ids: dict[str, str | None],
+    node: str | None = None,
+    images: dict[str, str] | None = None,
+) -> Json:
+    """A pod reporting ``image_ids``; with ``node``, running there from ``images`` (its spec)."""
+    obj: Json = {
         "metadata": {"name": name},
         "status": {
             "containerStatuses": [
@@ -117,3 +123,10 @@ def pod(name: str, image_ids: dict[str, str | None]) -> Json:
             ]
         },
     }
+    if node is not None:
+        obj["spec"] = {
+            "nodeName": node,
+            "containers": [{"name": n, "image": i} for n, i in (images or {}).items()],
+        }
+        obj["status"]["phase"] = "Running"
+    return obj

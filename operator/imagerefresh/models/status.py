@@ -19,11 +19,13 @@ from imagerefresh.reference import parse
 
 __all__ = [
     "MAX_FAILED_BUILDS",
+    "MAX_NODES",
     "MAX_SEEN",
     "Condition",
     "ConditionType",
     "ContainerStatus",
     "FailedBuild",
+    "OfflineStatus",
     "PendingPurpose",
     "PendingRefresh",
     "Phase",
@@ -67,6 +69,7 @@ class ConditionType(StrEnum):
     LOCKED = "Locked"  # a target's refresh attempts are at their ceiling
     RATE_LIMITED = "RateLimited"  # a refresh was deferred for the pull budget this tick
     DEGRADED = "Degraded"  # evidence was unreadable this tick; nothing was patched on it
+    OFFLINE_READY = "OfflineReady"  # every target's pods would restart with no registry
 
 
 # Bounds on what is read back: status is input anyone with `update` on the status subresource
@@ -79,6 +82,8 @@ MAX_TEXT = 32_768
 # holds (one per container it may declare).
 MAX_FAILED_BUILDS = 5
 MAX_SEEN = 256
+MAX_NODES = 16  # nodes an offline verdict names
+MAX_REASON = 2_048
 _DIGEST_PATTERN = r"^sha256:[a-f0-9]{64}$"
 
 
@@ -165,6 +170,18 @@ class PendingRefresh(StatusModel):
 Digest = Annotated[str, Field(pattern=_DIGEST_PATTERN)]
 
 
+NodeName = Annotated[str, Field(max_length=253)]
+
+
+class OfflineStatus(StatusModel):
+    """Would the workload's pods restart with the registry unreachable? A report: recomputed
+    every interval tick from pods and nodes, never read back as evidence."""
+
+    ready: bool
+    reason: Annotated[str, Field(max_length=MAX_REASON)] = ""
+    nodes: Annotated[tuple[NodeName, ...], Field(max_length=MAX_NODES)] = ()  # where not proven
+
+
 class ContainerStatus(StatusModel):
     name: str
     tracked: str  # fully qualified repo:tag
@@ -176,6 +193,7 @@ class ContainerStatus(StatusModel):
     # With spec.verify: the fingerprint of the key that verified the desired digest. A report
     # for people: the operator never reads it as evidence (verdicts live in its memory only).
     verified_by: Annotated[str, Field(max_length=80)] | None = None
+    offline: OfflineStatus | None = None  # absent: not assessed this generation
 
 
 class FailedBuild(StatusModel):

@@ -107,8 +107,8 @@ def derive_conditions(
     ]
     old = {c.type: c for c in previous}
     conditions = []
-    for kind, active, reason, message in wanted:
-        status = "True" if active else "False"
+    for kind, active, reason, message in [*wanted, _offline_ready(targets, spec)]:
+        status = active if isinstance(active, str) else "True" if active else "False"
         before = old.get(kind)
         since = before.last_transition_time if before and before.status == status else now
         conditions.append(
@@ -124,7 +124,48 @@ def derive_conditions(
     return tuple(conditions)
 
 
+_MAX_NAMED = 5  # targets a condition message spells out; the rest are counted
+
+
+def _offline_ready(
+    targets: Sequence[TargetStatus], spec: PolicySpec
+) -> tuple[ConditionType, str, str, str]:
+    """OfflineReady: True when every target's containers would restart with no registry;
+    False naming those that would not; Unknown while any target is not assessed (suspended,
+    unreadable, missing, out of reach)."""
+    kind = ConditionType.OFFLINE_READY
+    not_ready = [
+        f"{t.kind} {t.namespace}/{t.name}: {c.name}: {c.offline.reason}"
+        for t in targets
+        for c in t.containers
+        if c.offline is not None and not c.offline.ready
+    ]
+    if not_ready:
+        return kind, "False", reasons.NOT_OFFLINE_READY, _bounded(not_ready)
+    unassessed = [
+        f"{t.kind} {t.namespace}/{t.name}"
+        for t in targets
+        if not t.containers or any(c.offline is None for c in t.containers)
+    ]
+    if spec.suspend or unassessed or not targets:
+        why = "the policy is suspended" if spec.suspend else _bounded(unassessed)
+        return kind, "Unknown", reasons.OFFLINE_NOT_ASSESSED, f"not assessed: {why}"
+    return (
+        kind,
+        "True",
+        reasons.OFFLINE_READY,
+        f"the pods of all {len(targets)} targets would restart with the registry unreachable",
+    )
+
+
+def _bounded(items: Sequence[str]) -> str:
+    more = f"; and {len(items) - _MAX_NAMED} more" if len(items) > _MAX_NAMED else ""
+    return "; ".join(items[:_MAX_NAMED]) + more
+
+
 _WARN_WHEN_TRUE = {ConditionType.DEGRADED, ConditionType.RATE_LIMITED}
+# What a condition not set before counts as, for its first event.
+_FIRST_STATUS = {ConditionType.OFFLINE_READY: "Unknown"}
 
 
 def condition_events(old: Sequence[Condition], new: Sequence[Condition]) -> list[Event]:
@@ -132,9 +173,16 @@ def condition_events(old: Sequence[Condition], new: Sequence[Condition]) -> list
     before = {c.type: c.status for c in old}
     events = []
     for condition in new:
-        if before.get(condition.type, "False") == condition.status:
-            continue
         kind = ConditionType(condition.type)
+        if before.get(condition.type, _FIRST_STATUS.get(kind, "False")) == condition.status:
+            continue
+        if kind is ConditionType.OFFLINE_READY:
+            if condition.status != "Unknown":
+                warning = condition.status == "False"
+                events.append(
+                    Event("Warning" if warning else "Normal", condition.reason, condition.message)
+                )
+            continue
         if kind in _WARN_WHEN_TRUE and condition.status == "True":
             events.append(Event("Warning", condition.reason, condition.message))
         elif kind in _WARN_WHEN_TRUE or (

@@ -17,6 +17,7 @@ from types import MappingProxyType
 from typing import Any
 
 from imagerefresh.models import PolicySpec, PolicyStatus, WorkloadKind
+from imagerefresh.offline import NodeInventory, PodImages, TemplateImage
 from imagerefresh.ratelimit import BudgetSnapshot
 from imagerefresh.reference import InvalidReference, parse, parse_digest
 from imagerefresh.rollout import RolloutProgress, RolloutVerdict, rollout_progress, rollout_verdict
@@ -73,6 +74,10 @@ class LiveContainer:
     index: int
     init: bool = False
     pull_policy: str | None = None  # the effective imagePullPolicy; None when unknowable
+
+    @property
+    def template_image(self) -> TemplateImage:
+        return TemplateImage(self.name, self.image, self.pull_policy, self.init)
 
     @property
     def json_path(self) -> str:
@@ -205,10 +210,14 @@ def running_digest(image_id: str | None) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class ObservedPod:
-    """One pod of a workload: what digest each container runs (None when unknown)."""
+    """One pod of a workload: what digest each container runs (None when unknown), and what it
+    proves about its node's images (``node`` None when it proves nothing: see
+    :class:`~imagerefresh.offline.PodImages`)."""
 
     name: str
     running: Mapping[str, str | None]
+    node: str | None = None
+    pulled: Mapping[str, str] = field(default_factory=lambda: _EMPTY)  # container → its image
 
     @classmethod
     def from_api(cls, obj: Mapping[str, Any]) -> ObservedPod:
@@ -217,7 +226,12 @@ class ObservedPod:
         for section in ("initContainerStatuses", "containerStatuses"):
             for container in status.get(section) or ():
                 running[container["name"]] = running_digest(container.get("imageID"))
-        return cls(obj["metadata"]["name"], MappingProxyType(running))
+        proof = PodImages.from_api(obj, running)
+        return cls(obj["metadata"]["name"], MappingProxyType(running), proof.node, proof.pulled)
+
+    @property
+    def proof(self) -> PodImages:
+        return PodImages(self.node, self.pulled, self.running)
 
 
 @dataclass(frozen=True, slots=True)
@@ -325,3 +339,5 @@ class TickInput:
     # A follow-up tick judges only the rollouts in flight (a target with ``pending``); every
     # other target keeps its status, so skip streaks count interval ticks, not follow-ups.
     follow_up: bool = False
+    # The nodes' image lists (offline evidence); None when the operator may not read nodes.
+    nodes: NodeInventory | None = None

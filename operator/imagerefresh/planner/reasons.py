@@ -49,6 +49,9 @@ BUDGET_BELOW_RESERVE = "PullBudgetBelowReserve"
 WITHIN_BUDGET = "WithinPullBudget"
 EVIDENCE_UNREADABLE = "EvidenceUnreadable"
 EVIDENCE_READ = "EvidenceRead"
+OFFLINE_READY = "RestartsOffline"  # every target's pods would restart with no registry
+NOT_OFFLINE_READY = "NeedsRegistryToRestart"  # some container would not restart offline
+OFFLINE_NOT_ASSESSED = "OfflineNotAssessed"  # a target's offline readiness is unknown
 
 # Each reason by where it appears, for the reference in docs/api.md (tests/docs keeps the two
 # in step): a reason added above belongs in at least one of these.
@@ -103,14 +106,20 @@ CONDITIONS = (
     WITHIN_BUDGET,
     EVIDENCE_UNREADABLE,
     EVIDENCE_READ,
+    OFFLINE_READY,
+    NOT_OFFLINE_READY,
+    OFFLINE_NOT_ASSESSED,
     POLICY_INVALID,
     STATUS_UNREADABLE,
     CRD_OUTDATED,
 )
 # Condition reasons also posted as events when their condition changes (condition_events):
-# Ready turning True, RateLimited and Degraded turning either way.
+# Ready turning True, RateLimited and Degraded turning either way, OfflineReady turning True or
+# False.
 CONDITION_EVENTS = (
     ALL_CURRENT,
+    OFFLINE_READY,
+    NOT_OFFLINE_READY,
     BUDGET_BELOW_RESERVE,
     WITHIN_BUDGET,
     EVIDENCE_UNREADABLE,

@@ -184,6 +184,7 @@ class _Targets:
             window=window,
             follow_up=tick.follow_up,
             seen={entry.tracked: entry for entry in seen},
+            nodes=tick.nodes,
         )
         self.twice = {key for key, count in Counter(self.keys).items() if count > 1}
         self.previous = {_key(status): status for status in policy.status.targets}

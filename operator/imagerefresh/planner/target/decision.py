@@ -29,6 +29,7 @@ from imagerefresh.models import (
     TargetSpec,
     TargetStatus,
 )
+from imagerefresh.offline import NodeInventory
 from imagerefresh.planner import reasons
 from imagerefresh.planner.actions import Event, ImageChange, ImagePatch
 from imagerefresh.planner.evidence import Account, Resolved, TargetEvidence, TargetKey, Workload
@@ -62,6 +63,7 @@ class TargetContext:
     # The cooldown's clock after this tick's answers: tracked reference → since when its tag
     # has answered its digest (planner.cooldown).
     seen: Mapping[str, SeenDigest] = field(default_factory=lambda: MappingProxyType({}))
+    nodes: NodeInventory | None = None  # the nodes' image lists; None: node reads are off
 
 
 @dataclass(frozen=True, slots=True)

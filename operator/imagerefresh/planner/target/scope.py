@@ -9,15 +9,22 @@ one, or an update strategy the operator cannot roll out (OnDelete) — all Confl
 operator changes digests and tags only, never repositories or workloads' shapes.
 
 Before the shape is judged, what is in play is recorded in status for every declared container:
-its tracked reference, the desired digest, the live image, the digests its pods run and its pull
-policy — so even a Conflict shows what the operator saw.
+its tracked reference, the desired digest, the live image, the digests its pods run, its pull
+policy and whether its pods would restart offline (:mod:`imagerefresh.offline`) — so even a
+Conflict shows what the operator saw.
 """
 
 from __future__ import annotations
 
-from imagerefresh.models import ContainerSpec, ContainerStatus, Phase
+from imagerefresh.models import ContainerSpec, ContainerStatus, OfflineStatus, Phase, WorkloadKind
+from imagerefresh.offline import OfflineVerdict, offline_readiness
 from imagerefresh.planner.evidence import Workload
-from imagerefresh.planner.target.decision import Decision, TargetOutcome, normalised
+from imagerefresh.planner.target.decision import (
+    Decision,
+    TargetOutcome,
+    normalised,
+    replace_status,
+)
 from imagerefresh.reference import InvalidReference, parse
 from imagerefresh.rollout import RolloutState
 
@@ -32,7 +39,14 @@ def admit(decision: Decision, allowed: bool, claimed: str | None) -> Workload | 
     """
     refused = _refused(decision, allowed, claimed)
     if refused is not None:
-        return refused
+        # Not assessed this tick: an earlier verdict would be a report of another time.
+        decision.outcome.status = replace_status(
+            refused.status,
+            containers=tuple(
+                c.model_copy(update={"offline": None}) for c in refused.status.containers
+            ),
+        )
+        return decision.outcome
     workload = decision.evidence.workload
     if workload is None:
         decision.update(pending=None)
@@ -40,9 +54,17 @@ def admit(decision: Decision, allowed: bool, claimed: str | None) -> Workload | 
             Phase.MISSING,
             f"{decision.key} does not exist; create it or remove it from the policy",
         )
+    offline = offline_readiness(
+        [c.template_image for c in workload.containers.values()],
+        [pod.proof for pod in decision.evidence.pods],
+        [c.name for c in decision.target.containers if c.name in workload.containers],
+        decision.ctx.nodes,
+        scheduled=workload.expected_pods if workload.key.kind is WorkloadKind.DAEMONSET else None,
+    )
     decision.update(
         containers=tuple(
-            _container_status(decision, c, workload) for c in decision.target.containers
+            _container_status(decision, c, workload, offline.get(c.name))
+            for c in decision.target.containers
         )
     )
     conflict = _conflict(decision, workload)
@@ -73,7 +95,10 @@ def _refused(decision: Decision, allowed: bool, claimed: str | None) -> TargetOu
 
 
 def _container_status(
-    decision: Decision, container: ContainerSpec, workload: Workload
+    decision: Decision,
+    container: ContainerSpec,
+    workload: Workload,
+    offline: OfflineVerdict | None,
 ) -> ContainerStatus:
     live = workload.containers.get(container.name)
     running = sorted(
@@ -90,6 +115,9 @@ def _container_status(
         live=normalised(live.image) if live else None,
         running=tuple(running),
         pull_policy=live.pull_policy if live else None,
+        offline=OfflineStatus(ready=offline.ready, reason=offline.reason, nodes=offline.nodes)
+        if offline is not None
+        else None,
     )
 
 
