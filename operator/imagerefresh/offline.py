@@ -129,6 +129,11 @@ class NodeInventory:
 
     nodes: Mapping[str, NodeImages]
     complete: bool = True
+    unreadable: str | None = None  # why the nodes could not be listed: every node is unknown
+
+    @classmethod
+    def failed(cls, message: str) -> NodeInventory:
+        return cls(MappingProxyType({}), complete=False, unreadable=message)
 
     @classmethod
     def from_api(
@@ -294,6 +299,8 @@ def _why(nodes: list[str], inventory: NodeInventory | None) -> str:
             "no pod there runs the template's images and the operator may not read nodes "
             "(enable node reads in the chart to use their image lists)"
         )
+    if inventory.unreadable is not None:
+        return f"the nodes could not be listed ({inventory.unreadable}): unknown, not missing"
     capped = [n for n in nodes if (held := inventory.nodes.get(n)) is not None and held.full]
     unlisted = [n for n in nodes if n not in inventory.nodes]
     if unlisted and not inventory.complete:
