@@ -1,0 +1,395 @@
+"""imagerefresh.offline: the evidence rules of offline readiness, table by table.
+
+Each row is one workload: its template, its pods (which node, what each container pulled), the
+nodes' image lists, and the verdict for its declared containers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+from typing import Any
+
+import pytest
+
+from imagerefresh.offline import (
+    MAX_NAMED_NODES,
+    NodeImages,
+    NodeInventory,
+    PodImages,
+    TemplateImage,
+    held_name,
+    offline_readiness,
+)
+
+D1 = "sha256:" + "1" * 64
+D2 = "sha256:" + "2" * 64
+API = "docker.io/tracebloc/jobs-manager"
+SIDECAR = "docker.io/library/busybox"
+PINNED = f"{API}@{D1}"
+SIDECAR_PINNED = f"{SIDECAR}@{D2}"
+
+
+def tmpl(
+    name: str, image: str, policy: str | None = "IfNotPresent", init: bool = False
+) -> TemplateImage:
+    return TemplateImage(name, image, policy, init)
+
+
+def on(node: str, running: Mapping[str, str | None] | None = None, **pulled: str) -> PodImages:
+    return PodImages(node, MappingProxyType(pulled), MappingProxyType(dict(running or {})))
+
+
+def nodes(
+    complete: bool = True, **held: Sequence[str] | tuple[Sequence[str], bool]
+) -> NodeInventory:
+    inventory = {}
+    for name, images in held.items():
+        full = False
+        if isinstance(images, tuple):
+            images, full = images
+        inventory[name] = NodeImages(frozenset(held_name(i) or i for i in images), full)
+    return NodeInventory(MappingProxyType(inventory), complete)
+
+
+ALONE = [tmpl("api", PINNED)]
+WITH_SIDECAR = [tmpl("api", PINNED), tmpl("sidecar", SIDECAR_PINNED)]
+
+
+def verdict(
+    template: Sequence[TemplateImage],
+    pods: Sequence[PodImages],
+    inventory: NodeInventory | None = None,
+    scheduled: int | None = None,
+    declared: Sequence[str] = ("api",),
+    pinned_only: bool = False,
+) -> tuple[bool, str, tuple[str, ...]]:
+    result = offline_readiness(
+        template, pods, declared, inventory, scheduled, pinned_only=pinned_only
+    )["api"]
+    return result.ready, result.reason, result.nodes
+
+
+READY_ROWS: list[tuple[str, dict[str, Any]]] = [
+    (
+        "a pod on its node pulled the pinned image",
+        {"template": ALONE, "pods": [on("a", api=PINNED)]},
+    ),
+    (
+        "a pod started from a tag of the repository reports the pinned digest",
+        {"template": ALONE, "pods": [on("a", {"api": D1}, api=f"{API}:prod")]},
+    ),
+    (
+        "the node lists the image where no pod proves it",
+        {
+            "template": ALONE,
+            "pods": [on("a", api=f"{API}@{D2}")],
+            "inventory": nodes(a=[f"{API}@{D1}"]),
+        },
+    ),
+    (
+        "the node lists it in the familiar form",
+        {
+            "template": ALONE,
+            "pods": [on("a")],
+            "inventory": nodes(a=[f"tracebloc/jobs-manager@{D1}"]),
+        },
+    ),
+    (
+        "an undeclared sidecar on a tag the node holds restarts from the cache",
+        {
+            "template": [tmpl("api", PINNED), tmpl("sidecar", "busybox:1.36")],
+            "pods": [on("a", api=PINNED, sidecar="busybox:1.36")],
+        },
+    ),
+    (
+        "every node proves every image, by pods or by lists",
+        {
+            "template": WITH_SIDECAR,
+            "pods": [on("a", api=PINNED, sidecar=SIDECAR_PINNED), on("b", api=PINNED)],
+            "inventory": nodes(b=[SIDECAR_PINNED]),
+        },
+    ),
+    (
+        "a DaemonSet with a pod on each scheduled node",
+        {"template": ALONE, "pods": [on("a", api=PINNED), on("b", api=PINNED)], "scheduled": 2},
+    ),
+    (
+        "Never is not Always",
+        {"template": [tmpl("api", PINNED, "Never")], "pods": [on("a", api=PINNED)]},
+    ),
+    (
+        "a pod that proves nothing about any node is not a node to prove",
+        {"template": ALONE, "pods": [on("a", api=PINNED), PodImages(None)]},
+    ),
+]
+
+
+@pytest.mark.parametrize(("row", "case"), READY_ROWS, ids=[r for r, _ in READY_ROWS])
+def test_a_workload_every_node_of_which_proves_every_image_is_ready(
+    row: str, case: dict[str, Any]
+) -> None:
+    ready, reason, named = verdict(**case)
+    assert (ready, named) == (True, ()), reason
+    assert reason == "every pod would restart from its node's cache"
+
+
+NOT_READY_ROWS: list[tuple[str, dict[str, Any], str, tuple[str, ...]]] = [
+    (
+        "the declared container on a tag",
+        {"template": [tmpl("api", f"{API}:prod")], "pods": [on("a", api=f"{API}:prod")]},
+        f"template on a tag: {API}:prod restarts offline with whichever build",
+        (),
+    ),
+    (
+        "Always on the declared container",
+        {"template": [tmpl("api", PINNED, "Always")], "pods": [on("a", api=PINNED)]},
+        "imagePullPolicy: Always on container 'api'",
+        (),
+    ),
+    (
+        "Always on an undeclared sidecar",
+        {
+            "template": [tmpl("api", PINNED), tmpl("sidecar", SIDECAR_PINNED, "Always")],
+            "pods": [on("a", api=PINNED, sidecar=SIDECAR_PINNED)],
+        },
+        "imagePullPolicy: Always on container 'sidecar'",
+        (),
+    ),
+    (
+        "Always on an init container",
+        {
+            "template": [tmpl("setup", SIDECAR_PINNED, "Always", init=True), *ALONE],
+            "pods": [on("a", api=PINNED, setup=SIDECAR_PINNED)],
+        },
+        "imagePullPolicy: Always on init container 'setup'",
+        (),
+    ),
+    (
+        "an image the kubelet's policy cannot be known for",
+        {"template": [*ALONE, tmpl("sidecar", "Not A Reference", None)], "pods": [on("a")]},
+        "container 'sidecar' names an unreadable image",
+        (),
+    ),
+    (
+        "scaled to zero",
+        {"template": ALONE, "pods": []},
+        "no pods prove it",
+        (),
+    ),
+    (
+        "only pods that prove nothing (finished, unscheduled, terminating)",
+        {"template": ALONE, "pods": [PodImages(None), PodImages(None)]},
+        "no pods prove it",
+        (),
+    ),
+    (
+        "a node whose pod runs another build, with node reads off",
+        {"template": ALONE, "pods": [on("a", api=PINNED), on("b", api=f"{API}@{D2}")]},
+        "not proven on node b: no pod there runs the template's images and the operator may "
+        "not read nodes",
+        ("b",),
+    ),
+    (
+        "a pod that never pulled (ErrImagePull: no imageID)",
+        {"template": ALONE, "pods": [on("a")]},
+        "not proven on node a",
+        ("a",),
+    ),
+    (
+        "a pod of another repository reporting the same digest",
+        {"template": ALONE, "pods": [on("a", {"api": D1}, api="docker.io/evil/miner:prod")]},
+        "not proven on node a",
+        ("a",),
+    ),
+    (
+        "the sidecar's image not proven where the declared one is",
+        {"template": WITH_SIDECAR, "pods": [on("a", api=PINNED)], "inventory": nodes(a=[])},
+        "not proven on node a: the node does not hold the template's images",
+        ("a",),
+    ),
+    (
+        "a node list at the kubelet's cap without the image: unknown, not missing",
+        {
+            "template": ALONE,
+            "pods": [on("a")],
+            "inventory": nodes(a=([f"{API}@{D2}"], True)),
+        },
+        "the node's image list is at the kubelet's cap (nodeStatusMaxImages) and does not "
+        "name the image: unknown, not missing",
+        ("a",),
+    ),
+    (
+        "a node beyond the operator's node list cap: unknown",
+        {"template": ALONE, "pods": [on("a")], "inventory": nodes(complete=False)},
+        "the node list stopped at its cap before these nodes; unknown, not missing",
+        ("a",),
+    ),
+    (
+        "the nodes could not be listed",
+        {"template": ALONE, "pods": [on("a")], "inventory": NodeInventory.failed("403")},
+        "the nodes could not be listed (403): unknown, not missing",
+        ("a",),
+    ),
+    (
+        "a DaemonSet scheduled on more nodes than its pods run on",
+        {"template": ALONE, "pods": [on("a", api=PINNED)], "scheduled": 3},
+        "2 scheduled node(s) have no pod of it to prove it",
+        (),
+    ),
+    (
+        "a tag on an undeclared container of a workload no policy pins",
+        {
+            "template": [tmpl("api", PINNED), tmpl("sidecar", "busybox:1.36")],
+            "pods": [on("a", api=PINNED, sidecar="busybox:1.36")],
+            "pinned_only": True,
+        },
+        "template on a tag: container 'sidecar' runs busybox:1.36, and no policy pins it",
+        (),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("row", "case", "reason", "named"), NOT_READY_ROWS, ids=[r[0] for r in NOT_READY_ROWS]
+)
+def test_a_workload_that_would_need_the_registry_to_restart_says_why(
+    row: str, case: dict[str, Any], reason: str, named: tuple[str, ...]
+) -> None:
+    ready, said, nodes_named = verdict(**case)
+    assert not ready
+    assert reason in said
+    assert nodes_named == named
+
+
+def test_a_declared_container_on_a_tag_is_not_ready_while_its_pinned_peer_is() -> None:
+    template = [tmpl("api", PINNED), tmpl("monitor", f"{SIDECAR}:1.36")]
+    pods = [on("a", api=PINNED, monitor=f"{SIDECAR}:1.36")]
+    verdicts = offline_readiness(template, pods, ("api", "monitor"), None)
+    assert verdicts["api"].ready
+    assert not verdicts["monitor"].ready
+    assert "template on a tag" in verdicts["monitor"].reason
+
+
+def test_a_verdict_names_at_most_sixteen_nodes_and_counts_the_rest() -> None:
+    pods = [on(f"n{i:02}") for i in range(MAX_NAMED_NODES + 4)]
+    ready, reason, named = verdict(ALONE, pods)
+    assert not ready
+    assert named == tuple(f"n{i:02}" for i in range(MAX_NAMED_NODES))
+    assert f"n{MAX_NAMED_NODES - 1:02} and 4 more:" in reason
+
+
+def node(name: str, *names: list[str]) -> dict[str, Any]:
+    return {"metadata": {"name": name}, "status": {"images": [{"names": n} for n in names]}}
+
+
+def test_a_node_list_reads_both_name_forms_and_marks_a_list_at_the_cap_full() -> None:
+    listed = [[f"{API}@{D1}", f"{API}:prod"], ["busybox:1.36"]]
+    inventory = NodeInventory.from_api([node("a", *listed), node("b", *listed[:1])], True, cap=2)
+    assert inventory.nodes["a"] == NodeImages(
+        frozenset({f"{API}@{D1}", f"{API}:prod", f"{SIDECAR}:1.36"}), full=True
+    )
+    assert not inventory.nodes["b"].full
+    uncapped = NodeInventory.from_api([node("a", *listed)], True, cap=0)
+    assert not uncapped.nodes["a"].full
+
+
+def test_a_node_list_skips_what_it_cannot_read_and_never_reads_past_its_bound() -> None:
+    hostile = [
+        {"metadata": {}, "status": {"images": []}},  # no name
+        {"metadata": {"name": "b"}, "status": {"images": "many"}},
+        {"metadata": {"name": "c"}, "status": {"images": [{"names": ["Not A Ref", 7]}, "x"]}},
+        node("d", *[[f"{API}:t{i}"] for i in range(2_000)]),
+    ]
+    inventory = NodeInventory.from_api(hostile, True, cap=0)
+    assert set(inventory.nodes) == {"c", "d"}
+    assert inventory.nodes["c"] == NodeImages(frozenset(), full=False)
+    assert len(inventory.nodes["d"].images) == 1_024
+    assert inventory.nodes["d"].full  # the rest is unknown, never missing
+
+
+POD_ROWS: list[tuple[str, dict[str, Any], str | None, dict[str, str]]] = [
+    (
+        "a running pod on its node, one container pulled",
+        {
+            "spec": {
+                "nodeName": "a",
+                "containers": [{"name": "api", "image": PINNED}, {"name": "s", "image": "x"}],
+            },
+            "status": {
+                "phase": "Running",
+                "containerStatuses": [
+                    {"name": "api", "imageID": f"{API}@{D1}"},
+                    {"name": "s", "imageID": ""},
+                ],
+            },
+        },
+        "a",
+        {"api": PINNED},
+    ),
+    (
+        "an init container that pulled",
+        {
+            "spec": {"nodeName": "a", "initContainers": [{"name": "i", "image": "busybox"}]},
+            "status": {
+                "phase": "Pending",
+                "initContainerStatuses": [{"name": "i", "imageID": "x"}],
+            },
+        },
+        "a",
+        {"i": "busybox"},
+    ),
+    (
+        "a finished pod proves nothing about its node",
+        {"spec": {"nodeName": "a"}, "status": {"phase": "Succeeded"}},
+        None,
+        {},
+    ),
+    (
+        "a terminating pod proves nothing about its node",
+        {
+            "metadata": {"deletionTimestamp": "2026-12-04T00:00:00Z"},
+            "spec": {"nodeName": "a"},
+            "status": {"phase": "Running"},
+        },
+        None,
+        {},
+    ),
+    ("an unscheduled pod", {"spec": {}, "status": {"phase": "Pending"}}, None, {}),
+    (
+        "a status for a container the spec does not have",
+        {
+            "spec": {"nodeName": "a", "containers": []},
+            "status": {"phase": "Running", "containerStatuses": [{"name": "x", "imageID": "y"}]},
+        },
+        "a",
+        {},
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("row", "obj", "node_name", "pulled"), POD_ROWS, ids=[r[0] for r in POD_ROWS]
+)
+def test_a_pod_proves_the_images_its_containers_pulled_on_the_node_it_runs_on(
+    row: str, obj: dict[str, Any], node_name: str | None, pulled: dict[str, str]
+) -> None:
+    proof = PodImages.from_api(obj, {})
+    assert proof.node == node_name
+    assert dict(proof.pulled) == pulled
+
+
+@pytest.mark.parametrize(
+    ("image", "held"),
+    [
+        ("nginx", "docker.io/library/nginx:latest"),
+        ("nginx:1.25", "docker.io/library/nginx:1.25"),
+        (f"nginx:1.25@{D1}", f"docker.io/library/nginx@{D1}"),
+        (f"registry.local:5000/a/b@{D1}", f"registry.local:5000/a/b@{D1}"),
+        ("Not A Ref", None),
+    ],
+)
+def test_an_image_is_held_by_its_digest_when_pinned_and_by_its_tag_otherwise(
+    image: str, held: str | None
+) -> None:
+    assert held_name(image) == held
