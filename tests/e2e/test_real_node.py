@@ -19,6 +19,7 @@ from support.operator_env import Operator, running_operator
 from support.realnode_env import CRASH, SLEEP, RealNode, waiting_reason
 from support.registry_env import ImagePusher, RegistryServer, free_port
 from support.scenario import (
+    condition,
     event_reasons,
     images,
     policy,
@@ -130,7 +131,12 @@ def test_pinned_pods_restart_with_the_registry_stopped_and_a_tag_on_always_does_
             assert images(cluster, ns, "pinned") == {"app": pinned}
             before = real_node.running(ns, "pinned")
             assert image_id(before[0]).endswith(f"@{second.digest}")
-            settle(operator, cluster, ns, "pinned")
+            settled = settle(operator, cluster, ns, "pinned")
+            # What the restart below proves, the operator reported before the registry went.
+            assert settled["containers"][0]["offline"] == {
+                "ready": True,
+                "reason": "every pod would restart from its node's cache",
+            }
         pusher.close()
     finally:
         own.stop()  # the real registry process: nothing answers on its port any more
@@ -394,3 +400,65 @@ def test_a_build_the_node_cannot_pull_counts_an_attempt_but_is_not_barred(
     real_node.running(ns, "app")
     node_operator.tick(ns, "control-plane")  # not barred: it is tried again
     assert images(cluster, ns, "app") == {"app": f"{reg}/{ns}/app@{foreign.digest}"}
+
+
+def test_offline_readiness_is_true_only_where_the_node_proves_a_pinned_restart(
+    node_operator: Operator,
+    cluster: Cluster,
+    real_node: RealNode,
+    pusher: ImagePusher,
+    policy_namespace: str,
+) -> None:
+    ns, reg = policy_namespace, node_operator.registry
+    build = pusher.push(f"{ns}/app", "prod", seed=f"{ns}-offline", entrypoint=SLEEP)
+    pinned, tag = f"{reg}/{ns}/app@{build.digest}", f"{reg}/{ns}/app:prod"
+    with_sidecar = real_node.deployment("sidecar", pinned)
+    template = real_node.template({"app": pinned, "sidecar": pinned}, labels={"app": "sidecar"})
+    template["spec"]["containers"][1]["imagePullPolicy"] = "Always"  # undeclared, not offline-safe
+    with_sidecar["spec"]["template"] = template
+    scaled_to_zero = real_node.deployment("zero", pinned)
+    scaled_to_zero["spec"]["replicas"] = 0
+    cluster.apply(
+        real_node.deployment("pinned", pinned),
+        real_node.deployment("tagged", tag),
+        real_node.deployment("always", pinned, pull_policy="Always"),
+        with_sidecar,
+        scaled_to_zero,
+        namespace=ns,
+    )
+    for name in ("pinned", "tagged", "always", "sidecar"):
+        real_node.running(ns, name)
+    # A dry run reports and never patches: the tagged template stays on its tag.
+    cluster.apply(
+        policy(
+            "control-plane",
+            *(target(n, app=tag) for n in ("pinned", "tagged", "always", "sidecar", "zero")),
+            dryRun=True,
+        ),
+        namespace=ns,
+    )
+    node_operator.wait_first_tick(ns, "control-plane")
+
+    def offline(name: str) -> dict[str, Any]:
+        return dict(target_status(cluster, ns, name)["containers"][0]["offline"])
+
+    assert offline("pinned") == {
+        "ready": True,
+        "reason": "every pod would restart from its node's cache",
+    }
+    expected = {
+        "tagged": f"template on a tag: {tag} restarts offline",
+        "always": "imagePullPolicy: Always on container 'app'",
+        "sidecar": "imagePullPolicy: Always on container 'sidecar'",
+        "zero": "no pods prove it",
+    }
+    for name, reason in expected.items():
+        found = offline(name)
+        assert (found["ready"], found.get("nodes", [])) == (False, []), name
+        assert found["reason"].startswith(reason), found
+    ready = condition(cluster, ns, "OfflineReady")
+    assert (ready["status"], ready["reason"]) == ("False", "NeedsRegistryToRestart")
+    assert all(f"Deployment {ns}/{name}" in ready["message"] for name in expected)
+    assert f"Deployment {ns}/pinned" not in ready["message"]
+    # The proof came from the node: the pod's container reports the pinned digest it pulled.
+    assert image_id(real_node.running(ns, "pinned")[0]).endswith(f"@{build.digest}")
