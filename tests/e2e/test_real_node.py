@@ -136,6 +136,7 @@ def test_pinned_pods_restart_with_the_registry_stopped_and_a_tag_on_always_does_
             assert settled["containers"][0]["offline"] == {
                 "ready": True,
                 "reason": "every pod would restart from its node's cache",
+                "nodes": [],
             }
         pusher.close()
     finally:
@@ -445,6 +446,7 @@ def test_offline_readiness_is_true_only_where_the_node_proves_a_pinned_restart(
     assert offline("pinned") == {
         "ready": True,
         "reason": "every pod would restart from its node's cache",
+        "nodes": [],
     }
     expected = {
         "tagged": f"template on a tag: {tag} restarts offline",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from imagerefresh.audit import Finding
-from imagerefresh.models import Phase
+from imagerefresh.models import OfflineStatus, Phase
 from imagerefresh.planner import Plan
 from imagerefresh.planner.evidence import ALWAYS
 from imagerefresh.runtime.gather import Gathered
@@ -18,10 +18,17 @@ def _short(value: str | None) -> str:
     return f"{name}@{digest[:19]}…" if at else value
 
 
+def _offline(verdict: OfflineStatus | None) -> str:
+    if verdict is None:
+        return "-"
+    return "yes" if verdict.ready else "no"
+
+
 def render_plan(gathered: Gathered, plan: Plan) -> str:
-    """A table of target, container, live, desired, action and pull policy (and, with
-    ``spec.verify``, the key that verified the desired digest, or "no"), then each target's
-    message and a warning for each container pulled ``Always`` (not offline-safe)."""
+    """A table of target, container, live, desired, action, pull policy and whether its pods
+    would restart offline (and, with ``spec.verify``, the key that verified the desired digest,
+    or "no"), then each target's message, why each container is not offline-ready, and a
+    warning for each container pulled ``Always``."""
     changes = {
         (str(patch.target), change.container): f"{patch.purpose} → {_short(change.image)}"
         for patch in plan.patches
@@ -29,9 +36,10 @@ def render_plan(gathered: Gathered, plan: Plan) -> str:
     }
     verify = gathered.tick.policy.spec.verify is not None
     rows: list[tuple[str, ...]] = [
-        ("TARGET", "CONTAINER", "LIVE", "DESIRED", "ACTION", "PULL", "SIGNED BY")
+        ("TARGET", "CONTAINER", "LIVE", "DESIRED", "ACTION", "PULL", "OFFLINE", "SIGNED BY")
     ]
-    notes = []
+    notes: list[str] = []
+    offline_notes: list[str] = []
     for target in plan.status.targets:
         label = f"{target.kind} {target.namespace}/{target.name}"
         idle = "none" if target.phase is Phase.CURRENT else str(target.phase)
@@ -41,12 +49,19 @@ def render_plan(gathered: Gathered, plan: Plan) -> str:
             pull = container.pull_policy or "-"
             signed = container.verified_by[:19] + "…" if container.verified_by else "no"
             live = _short(container.live)
-            rows.append((label, container.name, live, desired, action, pull, signed))
+            offline = _offline(container.offline)
+            rows.append((label, container.name, live, desired, action, pull, offline, signed))
+            if container.offline is not None and not container.offline.ready:
+                offline_notes.append(
+                    f"not offline-ready: {label} container {container.name!r}: "
+                    f"{container.offline.reason}"
+                )
         if not target.containers:
-            rows.append((label, "-", "-", "-", str(target.phase), "-", "-"))
+            rows.append((label, "-", "-", "-", str(target.phase), "-", "-", "-"))
         notes.append(f"{label}: {target.phase}: {target.message}")
+    notes += offline_notes
     if not verify:
-        rows = [row[:6] for row in rows]
+        rows = [row[:7] for row in rows]
     notes += [
         f"warning: {target.kind} {target.namespace}/{target.name} container {c.name!r} has "
         "imagePullPolicy Always: not offline-safe (a restart needs the registry); set "
