@@ -57,6 +57,7 @@ CORE = (
     "audit.py",
     "kube/namespaces.py",
     "signatures/",
+    "offline.py",
 )
 # The fast tests that cover it: no cluster, no registry process.
 TESTS = (
