@@ -71,6 +71,7 @@ TESTS = (
     "tests/test_audit.py",
     "tests/kube/test_kube_namespaces.py",
     "tests/signatures/",
+    "tests/test_offline.py",
 )
 MARKERS = "not cluster and not registry"
 # The pytest plugin that makes property tests few and fixed (see hypothesis_profile.py).

@@ -134,17 +134,26 @@ def test_a_workload_every_node_of_which_proves_every_image_is_ready(
     assert reason == "every pod would restart from its node's cache"
 
 
+ASKS = ": every start asks the registry; set IfNotPresent"
+NO_PODS = "no pods prove it: no pod of the workload runs on any node (scaled to zero?)"
+NO_NODE_READS = (
+    "no pod there runs the template's images and the operator may not read nodes (enable node "
+    "reads in the chart to use their image lists)"
+)
+LACKS = "the node does not hold the template's images; a restart there needs the registry"
+
 NOT_READY_ROWS: list[tuple[str, dict[str, Any], str, tuple[str, ...]]] = [
     (
         "the declared container on a tag",
         {"template": [tmpl("api", f"{API}:prod")], "pods": [on("a", api=f"{API}:prod")]},
-        f"template on a tag: {API}:prod restarts offline with whichever build",
+        f"template on a tag: {API}:prod restarts offline with whichever build the node cached; "
+        "pin it by digest (the policy pins it when it refreshes)",
         (),
     ),
     (
         "Always on the declared container",
         {"template": [tmpl("api", PINNED, "Always")], "pods": [on("a", api=PINNED)]},
-        "imagePullPolicy: Always on container 'api'",
+        f"imagePullPolicy: Always on container 'api'{ASKS}",
         (),
     ),
     (
@@ -153,7 +162,7 @@ NOT_READY_ROWS: list[tuple[str, dict[str, Any], str, tuple[str, ...]]] = [
             "template": [tmpl("api", PINNED), tmpl("sidecar", SIDECAR_PINNED, "Always")],
             "pods": [on("a", api=PINNED, sidecar=SIDECAR_PINNED)],
         },
-        "imagePullPolicy: Always on container 'sidecar'",
+        f"imagePullPolicy: Always on container 'sidecar'{ASKS}",
         (),
     ),
     (
@@ -162,50 +171,49 @@ NOT_READY_ROWS: list[tuple[str, dict[str, Any], str, tuple[str, ...]]] = [
             "template": [tmpl("setup", SIDECAR_PINNED, "Always", init=True), *ALONE],
             "pods": [on("a", api=PINNED, setup=SIDECAR_PINNED)],
         },
-        "imagePullPolicy: Always on init container 'setup'",
+        f"imagePullPolicy: Always on init container 'setup'{ASKS}",
         (),
     ),
     (
         "an image the kubelet's policy cannot be known for",
         {"template": [*ALONE, tmpl("sidecar", "Not A Reference", None)], "pods": [on("a")]},
-        "container 'sidecar' names an unreadable image",
+        "container 'sidecar' names an unreadable image: fix the template",
         (),
     ),
     (
         "scaled to zero",
         {"template": ALONE, "pods": []},
-        "no pods prove it",
+        NO_PODS,
         (),
     ),
     (
         "only pods that prove nothing (finished, unscheduled, terminating)",
         {"template": ALONE, "pods": [PodImages(None), PodImages(None)]},
-        "no pods prove it",
+        NO_PODS,
         (),
     ),
     (
         "a node whose pod runs another build, with node reads off",
         {"template": ALONE, "pods": [on("a", api=PINNED), on("b", api=f"{API}@{D2}")]},
-        "not proven on node b: no pod there runs the template's images and the operator may "
-        "not read nodes",
+        f"not proven on node b: {NO_NODE_READS}",
         ("b",),
     ),
     (
         "a pod that never pulled (ErrImagePull: no imageID)",
         {"template": ALONE, "pods": [on("a")]},
-        "not proven on node a",
+        f"not proven on node a: {NO_NODE_READS}",
         ("a",),
     ),
     (
         "a pod of another repository reporting the same digest",
         {"template": ALONE, "pods": [on("a", {"api": D1}, api="docker.io/evil/miner:prod")]},
-        "not proven on node a",
+        f"not proven on node a: {NO_NODE_READS}",
         ("a",),
     ),
     (
         "the sidecar's image not proven where the declared one is",
         {"template": WITH_SIDECAR, "pods": [on("a", api=PINNED)], "inventory": nodes(a=[])},
-        "not proven on node a: the node does not hold the template's images",
+        f"not proven on node a: {LACKS}",
         ("a",),
     ),
     (
@@ -215,20 +223,22 @@ NOT_READY_ROWS: list[tuple[str, dict[str, Any], str, tuple[str, ...]]] = [
             "pods": [on("a")],
             "inventory": nodes(a=([f"{API}@{D2}"], True)),
         },
-        "the node's image list is at the kubelet's cap (nodeStatusMaxImages) and does not "
-        "name the image: unknown, not missing",
+        "not proven on node a: the node's image list is at the kubelet's cap "
+        "(nodeStatusMaxImages) and does not name the image: unknown, not missing; a pod running "
+        "there will prove it",
         ("a",),
     ),
     (
         "a node beyond the operator's node list cap: unknown",
         {"template": ALONE, "pods": [on("a")], "inventory": nodes(complete=False)},
-        "the node list stopped at its cap before these nodes; unknown, not missing",
+        "not proven on node a: the node list stopped at its cap before these nodes; unknown, "
+        "not missing",
         ("a",),
     ),
     (
         "the nodes could not be listed",
         {"template": ALONE, "pods": [on("a")], "inventory": NodeInventory.failed("403")},
-        "the nodes could not be listed (403): unknown, not missing",
+        "not proven on node a: the nodes could not be listed (403): unknown, not missing",
         ("a",),
     ),
     (
@@ -244,8 +254,54 @@ NOT_READY_ROWS: list[tuple[str, dict[str, Any], str, tuple[str, ...]]] = [
             "pods": [on("a", api=PINNED, sidecar="busybox:1.36")],
             "pinned_only": True,
         },
-        "template on a tag: container 'sidecar' runs busybox:1.36, and no policy pins it",
+        "template on a tag: container 'sidecar' runs busybox:1.36, and no policy pins it; "
+        "offline, a restart runs whichever build the node cached",
         (),
+    ),
+    (
+        "a declared container whose pull policy cannot be known",
+        {"template": [tmpl("api", PINNED, None)], "pods": [on("a", api=PINNED)]},
+        "container 'api' names an unreadable image: fix the template",
+        (),
+    ),
+    (
+        "a declared container with an unreadable image is unreadable, not on a tag",
+        {"template": [tmpl("api", "Not A Ref", None)], "pods": [on("a")]},
+        "container 'api' names an unreadable image: fix the template",
+        (),
+    ),
+    (
+        "the first image listed on the node, the second nowhere",
+        {
+            "template": WITH_SIDECAR,
+            "pods": [on("a")],
+            "inventory": nodes(a=[PINNED]),
+        },
+        f"not proven on node a: {LACKS}",
+        ("a",),
+    ),
+    (
+        "a listed node lacking the image, in a node list that stopped at its cap",
+        {"template": ALONE, "pods": [on("a")], "inventory": nodes(False, a=[SIDECAR_PINNED])},
+        f"not proven on node a: {LACKS}",
+        ("a",),
+    ),
+    (
+        "a pod that pulled an image that cannot be read proves nothing",
+        {"template": ALONE, "pods": [on("a", {"api": D1}, api="Not A Ref")]},
+        f"not proven on node a: {NO_NODE_READS}",
+        ("a",),
+    ),
+    (
+        "a DaemonSet short of pods, and a node of it lacking the image",
+        {
+            "template": ALONE,
+            "pods": [on("a", api=PINNED), on("b")],
+            "inventory": nodes(a=[], b=[]),
+            "scheduled": 3,
+        },
+        f"not proven on node b: {LACKS}; 1 scheduled node(s) have no pod of it to prove it",
+        ("b",),
     ),
 ]
 
@@ -257,9 +313,7 @@ def test_a_workload_that_would_need_the_registry_to_restart_says_why(
     row: str, case: dict[str, Any], reason: str, named: tuple[str, ...]
 ) -> None:
     ready, said, nodes_named = verdict(**case)
-    assert not ready
-    assert reason in said
-    assert nodes_named == named
+    assert (ready, said, nodes_named) == (False, reason, named)
 
 
 def test_a_declared_container_on_a_tag_is_not_ready_while_its_pinned_peer_is() -> None:
@@ -393,3 +447,39 @@ def test_an_image_is_held_by_its_digest_when_pinned_and_by_its_tag_otherwise(
     image: str, held: str | None
 ) -> None:
     assert held_name(image) == held
+
+
+def test_a_declared_container_missing_from_the_template_takes_the_workloads_verdict() -> None:
+    verdicts = offline_readiness(ALONE, [on("a", api=PINNED)], ("api", "gone"), None)
+    assert verdicts["gone"] == verdicts["api"]
+    assert verdicts["gone"].ready
+
+
+def test_a_failed_node_list_knows_no_node_and_says_why() -> None:
+    failed = NodeInventory.failed("forbidden")
+    assert (dict(failed.nodes), failed.complete, failed.unreadable) == ({}, False, "forbidden")
+    ready, _, _ = verdict(ALONE, [on("a", api=PINNED)], failed)
+    assert ready  # a pod still proves its node
+
+
+def test_a_node_list_keeps_whether_it_is_complete_and_its_boundaries() -> None:
+    assert not NodeInventory.from_api([], False).complete
+    assert NodeInventory.from_api([], True).complete
+    exactly = node("a", *[[f"{API}:t{i}"] for i in range(1_024)])
+    assert NodeInventory.from_api([exactly], True, cap=0).nodes["a"].full
+    one = node("a", [PINNED])
+    assert NodeInventory.from_api([one], True, cap=1).nodes["a"].full
+    assert not NodeInventory.from_api([one], True, cap=2).nodes["a"].full
+
+
+def test_a_pod_keeps_the_digests_it_runs_and_names_no_node_it_cannot_read() -> None:
+    obj = {"spec": {"nodeName": "a"}, "status": {"phase": "Running"}}
+    assert dict(PodImages.from_api(obj, {"api": D1}).running) == {"api": D1}
+    for bad in ("", 7):
+        odd = {"spec": {"nodeName": bad}, "status": {"phase": "Running"}}
+        assert PodImages.from_api(odd, {}).node is None
+    no_image = {
+        "spec": {"nodeName": "a", "containers": [{"name": "api"}]},
+        "status": {"phase": "Running", "containerStatuses": [{"name": "api", "imageID": "x"}]},
+    }
+    assert dict(PodImages.from_api(no_image, {}).pulled) == {}

@@ -96,9 +96,10 @@ class PodImages:
         )
         node = spec.get("nodeName") if active else None
         images = {
-            c["name"]: c.get("image") or ""
+            c["name"]: c["image"]
             for section in ("initContainers", "containers")
             for c in spec.get(section) or ()
+            if isinstance(c.get("image"), str)
         }
         pulled = {
             c["name"]: images[c["name"]]
@@ -205,7 +206,7 @@ def _on_tag(container: TemplateImage) -> bool:
     try:
         return parse(container.image).digest is None
     except InvalidReference:
-        return True
+        return False  # not a tag: the workload's verdict says the image is unreadable
 
 
 def _workload_verdict(
@@ -270,8 +271,10 @@ def _proven(
 
 def _pod_proves(pod: PodImages, container: TemplateImage, wanted: str | None) -> bool:
     image = pod.pulled.get(container.name)
-    name = held_name(image) if image is not None else None
-    if image is None or name is None or wanted is None:
+    if image is None or wanted is None:
+        return False
+    name = held_name(image)
+    if name is None:
         return False
     if name == wanted:
         return True
