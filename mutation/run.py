@@ -54,7 +54,7 @@ CORE = (
     "credentials.py",
     "registry/auth.py",
     "models/",
-    "audit.py",
+    "audit/",
     "kube/namespaces.py",
     "signatures/",
 )
@@ -68,6 +68,7 @@ TESTS = (
     "tests/models/",
     "tests/registry/test_registry_auth.py",
     "tests/test_audit.py",
+    "tests/test_audit_offline.py",
     "tests/kube/test_kube_namespaces.py",
     "tests/signatures/",
 )
