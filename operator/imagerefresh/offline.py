@@ -27,9 +27,10 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from imagerefresh.reference import InvalidReference, parse
+from imagerefresh.reference import InvalidReference, parse, parse_digest
 
 __all__ = [
+    "ALWAYS",
     "KUBELET_IMAGE_CAP",
     "MAX_NAMED_NODES",
     "NodeImages",
@@ -37,11 +38,16 @@ __all__ = [
     "OfflineVerdict",
     "PodImages",
     "TemplateImage",
+    "effective_pull_policy",
     "held_name",
     "offline_readiness",
+    "running_digest",
+    "workload_readiness",
 ]
 
-ALWAYS = "Always"
+ALWAYS = "Always"  # the imagePullPolicy that is not offline-safe
+_IF_NOT_PRESENT = "IfNotPresent"
+_LATEST = "latest"
 KUBELET_IMAGE_CAP = 50  # the kubelet's default nodeStatusMaxImages
 MAX_NAMED_NODES = 16  # nodes a verdict names (status is bounded); the reason counts the rest
 _NODE_IMAGES_READ = 1_024  # names read per node: a kubelet with no cap may list thousands
@@ -62,6 +68,45 @@ def held_name(image: str) -> str | None:
     if reference.digest is not None:
         return f"{reference.repository}@{reference.digest}"
     return f"{reference.repository}:{reference.tracked_tag}"
+
+
+def effective_pull_policy(image: str, declared: str | None) -> str | None:
+    """The policy the kubelet applies: ``declared``, else the API server's default for ``image``.
+
+    The API server stores the default on every pod template it admits (``Always`` for a
+    ``:latest`` tag or an image with neither tag nor digest, else ``IfNotPresent``), so the
+    fallback only matters for objects that did not pass its defaulting. None: unknowable (an
+    image that cannot be parsed).
+    """
+    if declared:
+        return declared
+    try:
+        reference = parse(image)
+    except InvalidReference:
+        return None
+    untagged = reference.tag is None and reference.digest is None
+    return ALWAYS if reference.tag == _LATEST or untagged else _IF_NOT_PRESENT
+
+
+def running_digest(image_id: str | None) -> str | None:
+    """The manifest digest a kubelet reports in ``imageID``, or None when it is not one.
+
+    containerd reports ``docker.io/library/nginx@sha256:…`` (the digest the tag resolved to);
+    cri-dockerd ``docker-pullable://nginx@sha256:…``. A bare ``sha256:…`` or ``docker://sha256:…``
+    is an image (config) ID, not a manifest digest, so it is unknown — never a match.
+    """
+    if not image_id:
+        return None
+    text = image_id.removeprefix("docker-pullable://")
+    # Names and digests never contain "@": whatever follows the first one must be the digest,
+    # and a second "@" makes the whole ID unreadable rather than half-trusted.
+    _, at, digest = text.partition("@")
+    if "://" in text or not at:
+        return None
+    try:
+        return parse_digest(digest)
+    except InvalidReference:
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,7 +232,7 @@ def offline_readiness(
     ``pinned_only``: every container must be pinned by digest, not only the declared ones
     (the audit's rule for a workload in no policy).
     """
-    shared = _workload_verdict(template, pods, inventory, scheduled, pinned_only)
+    shared = workload_readiness(template, pods, inventory, scheduled, pinned_only=pinned_only)
     verdicts: dict[str, OfflineVerdict] = {}
     for name in declared:
         container = next((c for c in template if c.name == name), None)
@@ -209,13 +254,18 @@ def _on_tag(container: TemplateImage) -> bool:
         return False  # not a tag: the workload's verdict says the image is unreadable
 
 
-def _workload_verdict(
+def workload_readiness(
     template: Sequence[TemplateImage],
     pods: Sequence[PodImages],
     inventory: NodeInventory | None,
-    scheduled: int | None,
-    pinned_only: bool,
+    scheduled: int | None = None,
+    *,
+    pinned_only: bool = False,
 ) -> OfflineVerdict:
+    """The verdict every container of the workload shares (one container that cannot start
+    keeps the whole pod down): the first reason its pods would not restart offline, ignoring
+    only the declared containers' own rule (pinned by digest), which
+    :func:`offline_readiness` adds."""
     for container in template:
         what = _describe(container)
         if container.pull_policy == ALWAYS:

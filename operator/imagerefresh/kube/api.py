@@ -488,6 +488,35 @@ class KubeApi:
             f"{base}{where}/{POLICY_PLURAL}",
         )
 
+    def list_node_images(self, limit: int) -> tuple[list[Json], bool]:
+        """At most ``limit`` nodes, each reduced to its name and image list (``metadata.name``,
+        ``status.images``: all that offline evidence reads), and whether that is every node.
+
+        A cluster with more nodes than ``limit`` stops there (False): the caller counts the
+        rest as unknown. Reducing each page as it arrives bounds what is held to the names.
+        """
+        nodes: list[Json] = []
+        token: str | None = None
+        while True:
+            query: list[tuple[str, Any]] = [("limit", min(_PAGE, max(limit - len(nodes), 1)))]
+            if token is not None:
+                query.append(("continue", token))
+            page = self._request("list nodes", "GET", "/api/v1/nodes", query=query)
+            for item in page.get("items") or ():
+                if len(nodes) == limit:
+                    return nodes, False
+                nodes.append(
+                    {
+                        "metadata": {"name": (item.get("metadata") or {}).get("name")},
+                        "status": {"images": (item.get("status") or {}).get("images") or []},
+                    }
+                )
+            token = (page.get("metadata") or {}).get("continue") or None
+            if token is None:
+                return nodes, True
+            if len(nodes) >= limit:
+                return nodes, False
+
     def namespace_exists(self, namespace: str) -> bool:
         """Whether the namespace exists (Forbidden when the caller may not get namespaces)."""
         try:

@@ -17,9 +17,15 @@ from types import MappingProxyType
 from typing import Any
 
 from imagerefresh.models import PolicySpec, PolicyStatus, WorkloadKind
-from imagerefresh.offline import NodeInventory, PodImages, TemplateImage
+from imagerefresh.offline import (
+    ALWAYS,
+    NodeInventory,
+    PodImages,
+    TemplateImage,
+    effective_pull_policy,
+    running_digest,
+)
 from imagerefresh.ratelimit import BudgetSnapshot
-from imagerefresh.reference import InvalidReference, parse, parse_digest
 from imagerefresh.rollout import RolloutProgress, RolloutVerdict, rollout_progress, rollout_verdict
 from imagerefresh.signatures import Untrusted, Verified
 
@@ -47,9 +53,6 @@ __all__ = [
 
 ANONYMOUS = "anonymous"
 Account = tuple[str, str]  # (registry host, the identity status names it by: a pull secret)
-ALWAYS = "Always"  # the imagePullPolicy that is not offline-safe (planner.pullpolicy)
-_IF_NOT_PRESENT = "IfNotPresent"
-_LATEST = "latest"
 OPERATOR_FIELD_MANAGER = "imagerefresh"  # the fieldManager of every write the operator makes
 _MAX_MANAGER = 128
 _EMPTY: Mapping[Any, Any] = MappingProxyType({})
@@ -167,45 +170,6 @@ def _keyed_name(item: str) -> str | None:
         return None
     name = key.get("name") if isinstance(key, dict) else None
     return name if isinstance(name, str) else None
-
-
-def effective_pull_policy(image: str, declared: str | None) -> str | None:
-    """The policy the kubelet applies: ``declared``, else the API server's default for ``image``.
-
-    The API server stores the default on every pod template it admits (``Always`` for a
-    ``:latest`` tag or an image with neither tag nor digest, else ``IfNotPresent``), so the
-    fallback only matters for objects that did not pass its defaulting. None: unknowable (an
-    image that cannot be parsed).
-    """
-    if declared:
-        return declared
-    try:
-        reference = parse(image)
-    except InvalidReference:
-        return None
-    untagged = reference.tag is None and reference.digest is None
-    return ALWAYS if reference.tag == _LATEST or untagged else _IF_NOT_PRESENT
-
-
-def running_digest(image_id: str | None) -> str | None:
-    """The manifest digest a kubelet reports in ``imageID``, or None when it is not one.
-
-    containerd reports ``docker.io/library/nginx@sha256:…`` (the digest the tag resolved to);
-    cri-dockerd ``docker-pullable://nginx@sha256:…``. A bare ``sha256:…`` or ``docker://sha256:…``
-    is an image (config) ID, not a manifest digest, so it is unknown — never a match.
-    """
-    if not image_id:
-        return None
-    text = image_id.removeprefix("docker-pullable://")
-    # Names and digests never contain "@": whatever follows the first one must be the digest,
-    # and a second "@" makes the whole ID unreadable rather than half-trusted.
-    _, at, digest = text.partition("@")
-    if "://" in text or not at:
-        return None
-    try:
-        return parse_digest(digest)
-    except InvalidReference:
-        return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,6 +48,7 @@ __all__ = [
     "FindingKind",
     "Reachable",
     "audit",
+    "claimed",
     "same_namespace_only",
 ]
 
@@ -65,6 +66,7 @@ class FindingKind(StrEnum):
     SUSPENDED = "suspended"
     DRY_RUN = "dry-run"
     OUT_OF_REACH = "out-of-reach"
+    NOT_OFFLINE_READY = "not-offline-ready"  # with --offline: see imagerefresh.audit.offline
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,15 +122,20 @@ class Finding:
     kind: FindingKind
     image: str  # the live image ("-" when there is none)
     detail: str  # what is wrong and what to do
+    nodes: tuple[str, ...] = ()  # not-offline-ready: the nodes where readiness is not proven
 
-    def as_json(self) -> dict[str, str]:
-        return {
+    def as_json(self) -> dict[str, str | list[str]]:
+        found: dict[str, str | list[str]] = {
             "kind": str(self.kind),
             "workload": self.workload,
             "container": self.container,
             "image": self.image,
             "detail": self.detail,
         }
+        # Only the offline finding is about nodes; the coverage findings keep their shape.
+        if self.kind is FindingKind.NOT_OFFLINE_READY:
+            found["nodes"] = list(self.nodes)
+        return found
 
 
 # (policy namespace, target namespace) → may a policy there reach workloads there?
@@ -194,6 +201,13 @@ def _claims(
             if reachable(policy.namespace, claim[1]):
                 claims.setdefault(claim, set()).add(str(policy))
     return claims
+
+
+def claimed(policies: Iterable[AuditedPolicy], reachable: Reachable) -> frozenset[Claim]:
+    """Every container some policy claims from within its reach (an unreadable spec's too), as
+    the operator's claim index has them: what ``audit --offline`` holds to the pinned rule."""
+    policies = list(policies)
+    return frozenset(_claims(_declared(policies), policies, reachable))
 
 
 def audit(
