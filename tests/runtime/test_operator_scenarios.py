@@ -385,9 +385,11 @@ def test_an_operator_killed_mid_rollout_resumes_from_status_without_a_second_pat
 ) -> None:
     ns, reg = policy_namespace, operator.registry
     first = pusher.push(f"{ns}/app", "prod", seed="k1")
-    cluster.apply(
-        deployment("app", {"app": f"{reg}/{ns}/app@{first.digest}"}, replicas=2), namespace=ns
-    )
+    slow = deployment("app", {"app": f"{reg}/{ns}/app@{first.digest}"}, replicas=2)
+    # kwok's pods are Ready at once: without a wait the rollout may settle, and a follow-up
+    # judge it, before the test reads the pending record it kills the operator over.
+    slow["spec"]["minReadySeconds"] = 10
+    cluster.apply(slow, namespace=ns)
     cluster.kubectl("rollout", "status", "-n", ns, "deployment/app", "--timeout=60s")
     cluster.apply(policy("control-plane", target("app", app=f"{reg}/{ns}/app:prod")), namespace=ns)
     operator.wait_first_tick(ns, "control-plane")
