@@ -52,6 +52,7 @@ from imagerefresh.planner import OPERATOR_FIELD_MANAGER, ImagePatch, check_patch
 
 __all__ = [
     "EVENT_COMPONENT",
+    "MAX_NODES",
     "POLICY_GROUP",
     "POLICY_KIND",
     "POLICY_PLURAL",
@@ -77,6 +78,9 @@ DEFAULT_TIMEOUT = (5.0, 30.0)  # (connect, read) seconds: a hung API server neve
 PULL_SECRETS_VALUE = "rbac.pullSecrets.names"
 _PAGE = 500
 DEFAULT_CONNECTIONS = 16
+# Nodes one list reads at most: a cluster larger than this is listed in part (reported as
+# such), so one list bounds the memory and time a tick spends on nodes.
+MAX_NODES = 5_000
 
 # kind → its resource under /apis/apps/v1
 _WORKLOADS = {"Deployment": "deployments", "DaemonSet": "daemonsets", "StatefulSet": "statefulsets"}
@@ -487,6 +491,41 @@ class KubeApi:
             f"list {POLICY_PLURAL}.{POLICY_GROUP} {_scope(namespace)}",
             f"{base}{where}/{POLICY_PLURAL}",
         )
+
+    # -- nodes, for offline evidence ----------------------------------------------------------
+
+    def list_nodes(
+        self, keep: Callable[[Json], T | None], *, cap: int = MAX_NODES
+    ) -> tuple[list[T], bool]:
+        """What ``keep`` makes of each node (None: nothing), and whether the list is complete.
+
+        Nodes are large (their image lists alone run to tens of KiB), so each is handed to
+        ``keep`` as its page arrives and never held past it. At most ``cap`` nodes are read;
+        ``complete`` is False when the list stopped there with more left, so a caller can tell
+        a node not listed from a node that does not exist.
+        """
+        kept: list[T] = []
+        read = 0
+        token: str | None = None
+        while True:
+            query: list[tuple[str, Any]] = [("limit", max(1, min(_PAGE, cap - read)))]
+            if token is not None:
+                query.append(("continue", token))
+            page = self._request("list nodes", "GET", "/api/v1/nodes", query=query)
+            items = page.get("items")
+            items = items if isinstance(items, list) else []
+            room = max(0, cap - read)
+            for item in items[:room]:
+                if isinstance(item, dict) and (found := keep(item)) is not None:
+                    kept.append(found)
+            read += min(len(items), room)
+            token = (page.get("metadata") or {}).get("continue") or None
+            if len(items) > room:  # a page larger than asked for: the cap still holds
+                return kept, False
+            if token is None:
+                return kept, True
+            if read >= cap:
+                return kept, False
 
     def namespace_exists(self, namespace: str) -> bool:
         """Whether the namespace exists (Forbidden when the caller may not get namespaces)."""
