@@ -111,7 +111,9 @@ def offline_reasons(statuses: list[PolicyStatus]) -> list[str]:
 async def test_policies_ticking_in_one_round_share_one_node_list(
     api: CountingKubeApi, registry: str, five_policies: str
 ) -> None:
-    config = OperatorConfig(insecure_registries=(registry,), read_nodes=True)
+    # Two tick slots: the round runs in waves, as a round of more policies than slots does, so
+    # later waves find the list already read (not only in flight).
+    config = OperatorConfig(insecure_registries=(registry,), read_nodes=True, tick_concurrency=2)
     statuses = await tick_all(api, registry, five_policies, config)
     assert api.requests[NODE_LIST] == 1  # ten targets of five policies: one LIST
     # Judged on the nodes read: every pod here proves its own node, so every target is ready.
