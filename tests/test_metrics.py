@@ -219,3 +219,60 @@ def test_a_process_is_not_leader_until_it_says_so_and_can_step_down() -> None:
     assert series(metrics, "imagerefresh_leader") == {(): 1.0}
     metrics.set_leader(False)
     assert series(metrics, "imagerefresh_leader") == {(): 0.0}
+
+
+def offline(*verdicts: bool | None) -> PolicyStatus:
+    """A status whose one target ``ns/x`` has a container per verdict (None: not assessed)."""
+    containers = [
+        {"name": f"c{i}", "tracked": "docker.io/library/a:b"}
+        | ({} if ready is None else {"offline": {"ready": ready, "reason": "because"}})
+        for i, ready in enumerate(verdicts)
+    ]
+    return PolicyStatus.model_validate(
+        {
+            "targets": [
+                {
+                    "kind": "Deployment",
+                    "namespace": "ns",
+                    "name": "x",
+                    "phase": "Current",
+                    "containers": containers,
+                }
+            ]
+        }
+    )
+
+
+def offline_ready(metrics: Metrics) -> list[float]:
+    return list(series(metrics, "imagerefresh_target_offline_ready", target="ns/x").values())
+
+
+def test_a_target_is_offline_ready_only_while_every_declared_container_is() -> None:
+    metrics = Metrics(CollectorRegistry())
+    metrics.record_status("ns", "p", SPEC, offline(True, True))
+    assert offline_ready(metrics) == [1.0]
+    metrics.record_status("ns", "p", SPEC, offline(True, False))
+    assert offline_ready(metrics) == [0.0]
+    metrics.record_status("ns", "p", SPEC, offline(False))
+    assert offline_ready(metrics) == [0.0]
+
+
+def test_a_target_not_assessed_has_no_offline_series_rather_than_a_stale_one() -> None:
+    metrics = Metrics(CollectorRegistry())
+    metrics.record_status("ns", "p", SPEC, offline(False))
+    # One container not assessed (a suspended policy, a missing workload): no verdict at all.
+    metrics.record_status("ns", "p", SPEC, offline(True, None))
+    assert offline_ready(metrics) == []
+    metrics.record_status("ns", "p", SPEC, offline(False))
+    metrics.record_status("ns", "p", SPEC, offline())  # no containers reported
+    assert offline_ready(metrics) == []
+
+
+def test_the_offline_series_goes_with_its_target_and_with_its_policy() -> None:
+    metrics = Metrics(CollectorRegistry())
+    metrics.record_status("ns", "p", SPEC, offline(False))
+    metrics.record_status("ns", "p", SPEC, status(("DaemonSet", "y", 0)))
+    assert offline_ready(metrics) == []
+    metrics.record_status("ns", "p", SPEC, offline(True))
+    metrics.forget_policy("ns", "p")
+    assert offline_ready(metrics) == []

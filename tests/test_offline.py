@@ -356,7 +356,8 @@ def test_a_node_list_skips_what_it_cannot_read_and_never_reads_past_its_bound() 
         node("d", *[[f"{API}:t{i}"] for i in range(2_000)]),
     ]
     inventory = NodeInventory.from_api(hostile, True, cap=0)
-    assert set(inventory.nodes) == {"c", "d"}
+    assert set(inventory.nodes) == {"b", "c", "d"}
+    assert inventory.nodes["b"] == NodeImages(frozenset(), full=True)  # unreadable: unknown
     assert inventory.nodes["c"] == NodeImages(frozenset(), full=False)
     assert len(inventory.nodes["d"].images) == 1_024
     assert inventory.nodes["d"].full  # the rest is unknown, never missing
@@ -483,3 +484,11 @@ def test_a_pod_keeps_the_digests_it_runs_and_names_no_node_it_cannot_read() -> N
         "status": {"phase": "Running", "containerStatuses": [{"name": "api", "imageID": "x"}]},
     }
     assert dict(PodImages.from_api(no_image, {}).pulled) == {}
+
+
+def test_a_node_that_lists_no_images_holds_none() -> None:
+    inventory = NodeInventory.from_api([{"metadata": {"name": "a"}, "status": {}}], True)
+    assert inventory.nodes["a"] == NodeImages(frozenset(), full=False)
+    ready, reason, named = verdict(ALONE, [on("a")], inventory)
+    assert (ready, named) == (False, ("a",))
+    assert LACKS in reason

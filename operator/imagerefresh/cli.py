@@ -52,6 +52,7 @@ from imagerefresh.logs import LogFormat, configure_logging
 from imagerefresh.metrics import Metrics
 from imagerefresh.migration import MigrationRefused
 from imagerefresh.models import parse_duration
+from imagerefresh.offline import KUBELET_IMAGE_CAP
 from imagerefresh.planner import NamespacePolicy, Plan
 from imagerefresh.planner.windows import WINDOW_OVERRIDE_ANNOTATION
 from imagerefresh.ratelimit import RateLimitLedger
@@ -497,6 +498,31 @@ def _runtime_parts(
     help="Seconds one read from a registry may take (each try of a resolution).",
 )
 @click.option(
+    "--read-nodes/--no-read-nodes",
+    default=False,
+    show_default=True,
+    help="Read the nodes' image lists (status.images) as evidence that a workload's pods would "
+    "restart with the registry unreachable (offline readiness). Needs get and list on nodes "
+    "cluster-wide (the chart grants it with offline.readNodes: true); off, only pods prove "
+    "what a node holds.",
+)
+@click.option(
+    "--node-status-max-images",
+    default=KUBELET_IMAGE_CAP,
+    show_default=True,
+    type=click.IntRange(min=-1),
+    help="The kubelets' nodeStatusMaxImages: a node listing this many images may hold more, so "
+    "an image missing from its list is unknown, not missing. 0 or -1: the kubelets list all.",
+)
+@click.option(
+    "--node-list-lifetime",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="Seconds one list of the nodes is shared by the policies ticking together (with "
+    "--read-nodes).",
+)
+@click.option(
     "--leader-elect",
     is_flag=True,
     help="Run as one candidate of several: act only while holding a coordination.k8s.io/v1 "
@@ -566,6 +592,9 @@ def run(
     resolution_window: float,
     registry_deadline: float,
     registry_timeout: float,
+    read_nodes: bool,
+    node_status_max_images: int,
+    node_list_lifetime: float,
     leader_elect: bool,
     leader_election_namespace: str | None,
     leader_election_id: str,
@@ -607,6 +636,9 @@ def run(
         resolution_window=resolution_window,
         registry_deadline=registry_deadline,
         registry_timeout=registry_timeout,
+        read_nodes=read_nodes,
+        node_status_max_images=node_status_max_images,
+        node_list_lifetime=node_list_lifetime,
         planning_delay=planning_delay,
     )
     metrics = Metrics()

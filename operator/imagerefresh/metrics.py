@@ -35,7 +35,7 @@ from prometheus_client import (
     start_http_server,
 )
 
-from imagerefresh.models import Phase, PolicySpec, PolicyStatus
+from imagerefresh.models import Phase, PolicySpec, PolicyStatus, TargetStatus
 from imagerefresh.ratelimit import RequestKind
 
 __all__ = ["Metrics"]
@@ -131,6 +131,13 @@ class Metrics:
             _TARGET,
             registry=r,
         )
+        self.offline_ready = Gauge(
+            "imagerefresh_target_offline_ready",
+            "1 while every pod of the target would restart with the registry unreachable, 0 "
+            "while some would not (absent while not assessed)",
+            _TARGET,
+            registry=r,
+        )
         self.signature_lookups = Counter(
             "imagerefresh_signature_lookups",
             "Signature verifications that read the registry, by verdict",
@@ -203,6 +210,7 @@ class Metrics:
             self.locked,
             self.untrusted,
             self.failed_builds,
+            self.offline_ready,
             self.tick_duration,
             self.ticks,
             self.follow_ups,
@@ -221,6 +229,7 @@ class Metrics:
             self.locked,
             self.untrusted,
             self.failed_builds,
+            self.offline_ready,
         )
 
     def set_leader(self, leading: bool) -> None:
@@ -253,6 +262,7 @@ class Metrics:
             self.locked.labels(*labels).set(int(target.locked_at is not None))
             self.untrusted.labels(*labels).set(int(target.phase is Phase.UNTRUSTED))
             self.failed_builds.labels(*labels).set(len(target.failed))
+            self._record_offline(labels, target)
         self.forget_targets(namespace, policy, self._targets.get(key, set()) - targets)
         self._targets[key] = targets
 
@@ -275,6 +285,16 @@ class Metrics:
                 self.ratelimit_remaining.labels(budget.host, budget.identity).set(budget.remaining)
                 remaining.add((budget.host, budget.identity))
         self._report_budgets(key, limits, remaining)
+
+    def _record_offline(self, labels: tuple[str, str, str, str], target: TargetStatus) -> None:
+        """1 when every declared container would restart offline, 0 when one would not; no
+        series while the target is not assessed (a verdict of another time would be stale)."""
+        verdicts = [container.offline for container in target.containers]
+        assessed = [verdict for verdict in verdicts if verdict is not None]
+        if not verdicts or len(assessed) < len(verdicts):
+            self.offline_ready.remove(*labels)
+            return
+        self.offline_ready.labels(*labels).set(int(all(v.ready for v in assessed)))
 
     def forget_targets(self, namespace: str, policy: str, targets: Iterable[TargetLabels]) -> None:
         """Remove the per-target series of ``targets`` ((kind, "namespace/name") pairs) of the

@@ -40,6 +40,7 @@ __all__ = [
     "TemplateImage",
     "effective_pull_policy",
     "held_name",
+    "node_images",
     "offline_readiness",
     "running_digest",
     "workload_readiness",
@@ -186,21 +187,33 @@ class NodeInventory:
         cls, items: Iterable[Mapping[str, Any]], complete: bool, cap: int = KUBELET_IMAGE_CAP
     ) -> NodeInventory:
         """``cap``: the kubelets' ``nodeStatusMaxImages`` (0 or less: no cap)."""
-        nodes: dict[str, NodeImages] = {}
-        for item in items:
-            name = (item.get("metadata") or {}).get("name")
-            listed = (item.get("status") or {}).get("images") or ()
-            if not isinstance(name, str) or not isinstance(listed, list):
-                continue
-            held: set[str] = set()
-            for entry in listed[:_NODE_IMAGES_READ]:
-                names = entry.get("names") if isinstance(entry, dict) else None
-                for text in names if isinstance(names, list) else ():
-                    if isinstance(text, str) and (normal := held_name(text)) is not None:
-                        held.add(normal)
-            full = len(listed) >= _NODE_IMAGES_READ or (cap > 0 and len(listed) >= cap)
-            nodes[name] = NodeImages(frozenset(held), full)
+        nodes = dict(found for item in items if (found := node_images(item, cap)) is not None)
         return cls(MappingProxyType(nodes), complete)
+
+
+def node_images(
+    item: Mapping[str, Any], cap: int = KUBELET_IMAGE_CAP
+) -> tuple[str, NodeImages] | None:
+    """A node object (raw API JSON) reduced to its name and the images it holds; None when it
+    has no usable name. A node that lists no images holds none; one whose list cannot be read
+    is full (unknown, never "does not hold"). ``cap``: as for :meth:`NodeInventory.from_api`."""
+    metadata, status = item.get("metadata"), item.get("status")
+    name = metadata.get("name") if isinstance(metadata, Mapping) else None
+    if not isinstance(name, str) or not name:
+        return None
+    listed = status.get("images") if isinstance(status, Mapping) else None
+    if listed is None:
+        return name, NodeImages(frozenset())
+    if not isinstance(listed, list):
+        return name, NodeImages(frozenset(), full=True)
+    held: set[str] = set()
+    for entry in listed[:_NODE_IMAGES_READ]:
+        names = entry.get("names") if isinstance(entry, dict) else None
+        for text in names if isinstance(names, list) else ():
+            if isinstance(text, str) and (normal := held_name(text)) is not None:
+                held.add(normal)
+    full = len(listed) >= _NODE_IMAGES_READ or (cap > 0 and len(listed) >= cap)
+    return name, NodeImages(frozenset(held), full)
 
 
 @dataclass(frozen=True, slots=True)

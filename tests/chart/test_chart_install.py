@@ -204,6 +204,37 @@ def test_a_namespace_pattern_installs_with_cluster_wide_policy_rights_and_no_sec
     assert f"--namespace={namespace}-ag*" in args
 
 
+def test_nodes_are_readable_by_the_operator_only_once_the_values_ask_for_it(
+    cluster: Cluster, namespace: str, release: Release
+) -> None:
+    """The API server's own verdict on the chart's RBAC: no node access by default; with
+    offline.readNodes, get and list on nodes (cluster-wide) and nothing more on them."""
+    identity = f"system:serviceaccount:{namespace}:{FULLNAME}"
+
+    def allowed(*request: str) -> bool:
+        answer = cluster.kubectl("auth", "can-i", *request, "--as", identity, check=False)
+        assert answer.stdout.strip() in {"yes", "no"}, answer.stdout + answer.stderr
+        return answer.stdout.strip() == "yes"
+
+    release.install({})
+    assert not allowed("list", "nodes")
+    assert not allowed("get", "nodes")
+    upgraded = helm(
+        "upgrade", release.name, str(CHART), "--namespace", namespace, "--wait",
+        "--timeout", INSTALL_TIMEOUT,
+        values={**KWOK_SCHEDULING, **CRD_FROM_THE_TESTS, "offline": {"readNodes": True}},
+        env=cluster.env,
+    )  # fmt: skip
+    assert upgraded.returncode == 0, upgraded.stderr
+    assert allowed("list", "nodes")
+    assert allowed("get", "nodes/kwok-node-0")
+    for verb in ("watch", "update", "patch", "delete"):
+        assert not allowed(verb, "nodes"), verb
+    assert not allowed("patch", "nodes", "--subresource=status")
+    args = release.pod()["spec"]["containers"][0]["args"]
+    assert {"--read-nodes", "--node-status-max-images=50"} <= set(args)
+
+
 # -- the operator as the chart's ServiceAccount --------------------------------------------------
 
 

@@ -154,6 +154,11 @@ PROFILES: dict[str, dict[str, Any]] = {
     "two-replicas-all-namespaces": {"replicaCount": 2, "watch": {"allNamespaces": True}},
     "without-leader-election": {"leaderElection": {"enabled": False}},
     "insecure-registries": {"insecureRegistries": ["127.0.0.1:5000", "mirror.local"]},
+    "node-reads": {"offline": {"readNodes": True}},
+    "node-reads-all-namespaces-uncapped": {
+        "watch": {"allNamespaces": True},
+        "offline": {"readNodes": True, "nodeStatusMaxImages": -1},
+    },
     "rbac-service-account-and-crd-managed-elsewhere": {
         "rbac": {"create": False},
         "serviceAccount": {"create": False, "name": "imagerefresh-operator"},
@@ -741,6 +746,69 @@ def test_without_leader_election_one_replica_recreated_and_no_lease_access() -> 
     assert "replicaCount above 1 needs leaderElection.enabled" in refused
 
 
+# -- node reads (offline evidence) ----------------------------------------------------------
+
+
+def node_rules(objects: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """Every rule of every Role and ClusterRole that mentions nodes, with its role's name."""
+    return [
+        (role["metadata"]["name"], rule)
+        for role in of_kind(objects, "Role", None) + of_kind(objects, "ClusterRole")
+        for rule in role["rules"]
+        if any(resource.split("/")[0] == "nodes" for resource in rule["resources"])
+    ]
+
+
+@pytest.mark.parametrize("profile", sorted(p for p in PROFILES if "offline" not in PROFILES[p]))
+def test_without_node_reads_nothing_grants_nodes_and_the_operator_does_not_read_them(
+    profile: str,
+) -> None:
+    objects = render(PROFILES[profile])
+    assert node_rules(objects) == []
+    args = operator_container(objects)["args"]
+    assert not [a for a in args if a.startswith(("--read-nodes", "--node-"))]
+
+
+@pytest.mark.parametrize("profile", ["node-reads", "node-reads-all-namespaces-uncapped"])
+def test_node_reads_grant_only_get_and_list_on_nodes_in_a_cluster_role_of_their_own(
+    profile: str,
+) -> None:
+    objects = render(PROFILES[profile])
+    name = "tracebloc-r-imagerefresh-nodes"
+    assert node_rules(objects) == [
+        (name, {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"]})
+    ]
+    (role,) = [r for r in of_kind(objects, "ClusterRole") if r["metadata"]["name"] == name]
+    assert len(role["rules"]) == 1  # nothing else rides along cluster-wide
+    (binding,) = [
+        b for b in of_kind(objects, "ClusterRoleBinding") if b["metadata"]["name"] == name
+    ]
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": name,
+    }
+    account = only(objects, "ServiceAccount")["metadata"]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account["name"], "namespace": account["namespace"]}
+    ]
+
+
+def test_node_reads_become_run_options_with_the_kubelets_image_cap() -> None:
+    args = operator_container(render(PROFILES["node-reads"]))["args"]
+    assert args[args.index("--read-nodes") + 1] == "--node-status-max-images=50"
+    with run_command.make_context("run", list(args)) as ctx:
+        assert (ctx.params["read_nodes"], ctx.params["node_status_max_images"]) == (True, 50)
+    uncapped = operator_container(render(PROFILES["node-reads-all-namespaces-uncapped"]))
+    assert "--node-status-max-images=-1" in uncapped["args"]
+
+
+def test_node_reads_without_rbac_creation_render_the_options_and_no_role() -> None:
+    objects = render({"offline": {"readNodes": True}, "rbac": {"create": False}})
+    assert node_rules(objects) == []
+    assert "--read-nodes" in operator_container(objects)["args"]
+
+
 # -- invariants over every profile ----------------------------------------------------------
 
 
@@ -809,11 +877,22 @@ def test_rbac_is_least_privilege_in_every_profile(profile: str) -> None:
                 assert verbs == {"get", "list", "watch"}, rule
             if "imagerefreshpolicies/status" in resources:
                 assert verbs == {"update"}, rule
-            assert not resources & {"customresourcedefinitions", "namespaces", "nodes"}, rule
+            if "nodes" in resources:
+                # Offline evidence, only when asked for: read-only, and nothing else with it.
+                assert values.get("offline", {}).get("readNodes") is True, rule
+                assert (role["kind"], resources, verbs) == (
+                    "ClusterRole",
+                    {"nodes"},
+                    {"get", "list"},
+                )
+            assert not resources & {"customresourcedefinitions", "namespaces"}, rule
     watch = values.get("watch", {})
     if not watch.get("allNamespaces") and not any(map(is_pattern, watch.get("namespaces", []))):
-        assert not of_kind(objects, "ClusterRole")
-        assert not of_kind(objects, "ClusterRoleBinding")
+        # Then only node reads, when asked for, are cluster-wide.
+        reads = values.get("offline", {}).get("readNodes")
+        allowed = {"tracebloc-r-imagerefresh-nodes"} if reads else set()
+        for kind in ("ClusterRole", "ClusterRoleBinding"):
+            assert {o["metadata"]["name"] for o in of_kind(objects, kind)} <= allowed
     for binding in of_kind(objects, "RoleBinding") + of_kind(objects, "ClusterRoleBinding"):
         namespace = binding["metadata"].get("namespace")
         kind = "Role" if namespace else "ClusterRole"
@@ -1012,6 +1091,14 @@ def test_monitoring_is_off_by_default() -> None:
                 ]
             },
             "/policies/0/spec/targets/0/kind",
+        ),
+        ({"offline": {"readNodes": "yes"}}, "/offline/readNodes"),
+        ({"offline": {"nodeStatusMaxImages": -2}}, "/offline/nodeStatusMaxImages"),
+        ({"offline": {"nodeStatusMaxImages": 1.5}}, "/offline/nodeStatusMaxImages"),
+        ({"offline": {"watchNodes": True}}, "additional properties 'watchNodes' not allowed"),
+        (
+            {"metrics": {"prometheusRule": {"for": {"notOfflineReady": "an hour"}}}},
+            "/metrics/prometheusRule/for/notOfflineReady",
         ),
         ({"policies": [{"name": "p", "spec": {"targets": []}}]}, "/policies/0/spec/targets"),
         ({"policies": [{"name": "p", "spec": {}, "labels": {}}]}, "/policies/0"),

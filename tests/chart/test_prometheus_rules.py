@@ -96,7 +96,8 @@ def target_up(
 
 def policy(pod: str, start: int = 0, end: int = MINUTES) -> dict[str, str]:
     """A healthy policy's series as the operator exports them while it runs (honorLabels keeps
-    their own namespace label): ticks every minute, nothing Frozen, Locked or Degraded."""
+    their own namespace label): ticks every minute, nothing Frozen, Locked or Degraded, every
+    target offline-ready."""
     p = {"job": JOB, "pod": pod, "namespace": "tracebloc", "policy": "control-plane"}
     t = {**p, "kind": "Deployment", "target": "tracebloc/jobs-manager"}
     return {
@@ -105,6 +106,7 @@ def policy(pod: str, start: int = 0, end: int = MINUTES) -> dict[str, str]:
         series("imagerefresh_target_frozen", **t): life(start, end, 0),
         series("imagerefresh_target_locked", **t): life(start, end, 0),
         series("imagerefresh_target_untrusted", **t): life(start, end, 0),
+        series("imagerefresh_target_offline_ready", **t): life(start, end, 1),
         series("imagerefresh_policy_condition", **p, condition="Ready"): life(start, end, 1),
         series("imagerefresh_policy_condition", **p, condition="Degraded"): life(start, end, 0),
         series("imagerefresh_policy_condition", **p, condition="RateLimited"): life(start, end, 0),
@@ -360,4 +362,78 @@ def test_a_target_turning_untrusted_fires_at_once_and_goes_quiet_when_a_signed_b
             fires(groups, "ImageRefreshTargetUntrusted", 29, labels),
             *quiet("ImageRefreshTargetUntrusted", 30, 59),
         ],
+    )
+
+
+# -- a target that would not restart offline -----------------------------------------------------
+
+OFFLINE_MINUTES = 150  # longer than the alert's default `for` (1h), twice over
+OFFLINE_TARGET = {"namespace": "tracebloc", "policy": "control-plane", "kind": "Deployment",
+                  "target": "tracebloc/jobs-manager"}  # fmt: skip
+
+
+def offline_ready(at: Callable[[int], float | None]) -> dict[str, str]:
+    """The target's imagerefresh_target_offline_ready each minute (None: no series, stale-marked
+    where it ends — a target not assessed has none)."""
+    tokens, present = [], False
+    for minute in range(OFFLINE_MINUTES):
+        value = at(minute)
+        tokens.append(("stale" if present else "_") if value is None else f"{value:g}")
+        present = value is not None
+    name = series("imagerefresh_target_offline_ready", job=JOB, pod="op-a", **OFFLINE_TARGET)
+    return {name: " ".join(tokens)}
+
+
+def test_not_offline_ready_fires_once_the_target_stayed_so_for_an_hour_and_not_before(
+    groups: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    assert rules_by_alert(groups)["ImageRefreshNotOfflineReady"]["for"] == "1h"
+    rules_test(
+        tmp_path,
+        groups,
+        offline_ready(lambda _: 0),
+        [
+            *quiet("ImageRefreshNotOfflineReady", 1, 30, 59),
+            fires(groups, "ImageRefreshNotOfflineReady", 60, OFFLINE_TARGET),
+            fires(groups, "ImageRefreshNotOfflineReady", 149, OFFLINE_TARGET),
+        ],
+    )
+
+
+def test_an_offline_ready_target_never_fires_not_offline_ready(
+    groups: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    rules_test(
+        tmp_path,
+        groups,
+        offline_ready(lambda _: 1),
+        quiet("ImageRefreshNotOfflineReady", 1, 60, 61, 120, 149),
+    )
+
+
+def test_a_target_ready_again_in_between_starts_the_hour_afresh(
+    groups: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    # Not ready, then ready from minute 30 (say, its new pods proved their nodes), then a new
+    # tag lands unpinned at minute 40: the hour counts from 40.
+    rules_test(
+        tmp_path,
+        groups,
+        offline_ready(lambda m: 0 if m < 30 or m >= 40 else 1),
+        [
+            *quiet("ImageRefreshNotOfflineReady", 60, 99),
+            fires(groups, "ImageRefreshNotOfflineReady", 100, OFFLINE_TARGET),
+        ],
+    )
+
+
+def test_a_target_no_longer_assessed_does_not_fire_not_offline_ready(
+    groups: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    # Not ready for 50 minutes, then not assessed (the policy suspended): the series is removed.
+    rules_test(
+        tmp_path,
+        groups,
+        offline_ready(lambda m: 0 if m < 50 else None),
+        quiet("ImageRefreshNotOfflineReady", 59, 60, 90, 149),
     )

@@ -259,21 +259,6 @@ def test_list_pods_by_match_expressions_honours_every_operator(
     assert {"other-tier", "canary", "no-team", "legacy"} <= decoys  # they exist, unselected
 
 
-def test_list_node_images_reads_every_nodes_name_and_images_and_stops_at_its_limit(
-    api: KubeApi, cluster: Cluster
-) -> None:
-    names = sorted(node["metadata"]["name"] for node in cluster.get("nodes")["items"])
-    nodes, complete = api.list_node_images(len(names))
-    assert complete
-    assert sorted(node["metadata"]["name"] for node in nodes) == names
-    # Reduced to what offline evidence reads: nothing else of a node is held.
-    assert {tuple(node) for node in nodes} == {("metadata", "status")}
-    assert all(set(node["status"]) == {"images"} for node in nodes)
-    fewer, complete = api.list_node_images(len(names) - 1)
-    assert not complete
-    assert len(fewer) == len(names) - 1
-
-
 # ---------------------------------------------------------------------------------------------
 # Pull secrets
 

@@ -52,6 +52,7 @@ from imagerefresh.planner import OPERATOR_FIELD_MANAGER, ImagePatch, check_patch
 
 __all__ = [
     "EVENT_COMPONENT",
+    "MAX_NODES",
     "POLICY_GROUP",
     "POLICY_KIND",
     "POLICY_PLURAL",
@@ -77,6 +78,9 @@ DEFAULT_TIMEOUT = (5.0, 30.0)  # (connect, read) seconds: a hung API server neve
 PULL_SECRETS_VALUE = "rbac.pullSecrets.names"
 _PAGE = 500
 DEFAULT_CONNECTIONS = 16
+# Nodes one list reads at most: a cluster larger than this is listed in part (reported as
+# such), so one list bounds the memory and time a tick spends on nodes.
+MAX_NODES = 5_000
 
 # kind → its resource under /apis/apps/v1
 _WORKLOADS = {"Deployment": "deployments", "DaemonSet": "daemonsets", "StatefulSet": "statefulsets"}
@@ -488,34 +492,40 @@ class KubeApi:
             f"{base}{where}/{POLICY_PLURAL}",
         )
 
-    def list_node_images(self, limit: int) -> tuple[list[Json], bool]:
-        """At most ``limit`` nodes, each reduced to its name and image list (``metadata.name``,
-        ``status.images``: all that offline evidence reads), and whether that is every node.
+    # -- nodes, for offline evidence ----------------------------------------------------------
 
-        A cluster with more nodes than ``limit`` stops there (False): the caller counts the
-        rest as unknown. Reducing each page as it arrives bounds what is held to the names.
+    def list_nodes(
+        self, keep: Callable[[Json], T | None], *, cap: int = MAX_NODES
+    ) -> tuple[list[T], bool]:
+        """What ``keep`` makes of each node (None: nothing), and whether the list is complete.
+
+        Nodes are large (their image lists alone run to tens of KiB), so each is handed to
+        ``keep`` as its page arrives and never held past it. At most ``cap`` nodes are read;
+        ``complete`` is False when the list stopped there with more left, so a caller can tell
+        a node not listed from a node that does not exist.
         """
-        nodes: list[Json] = []
+        kept: list[T] = []
+        read = 0
         token: str | None = None
         while True:
-            query: list[tuple[str, Any]] = [("limit", min(_PAGE, max(limit - len(nodes), 1)))]
+            query: list[tuple[str, Any]] = [("limit", max(1, min(_PAGE, cap - read)))]
             if token is not None:
                 query.append(("continue", token))
             page = self._request("list nodes", "GET", "/api/v1/nodes", query=query)
-            for item in page.get("items") or ():
-                if len(nodes) == limit:
-                    return nodes, False
-                nodes.append(
-                    {
-                        "metadata": {"name": (item.get("metadata") or {}).get("name")},
-                        "status": {"images": (item.get("status") or {}).get("images") or []},
-                    }
-                )
+            items = page.get("items")
+            items = items if isinstance(items, list) else []
+            room = max(0, cap - read)
+            for item in items[:room]:
+                if isinstance(item, dict) and (found := keep(item)) is not None:
+                    kept.append(found)
+            read += min(len(items), room)
             token = (page.get("metadata") or {}).get("continue") or None
+            if len(items) > room:  # a page larger than asked for: the cap still holds
+                return kept, False
             if token is None:
-                return nodes, True
-            if len(nodes) >= limit:
-                return nodes, False
+                return kept, True
+            if read >= cap:
+                return kept, False
 
     def namespace_exists(self, namespace: str) -> bool:
         """Whether the namespace exists (Forbidden when the caller may not get namespaces)."""

@@ -1,14 +1,16 @@
 """The operator's own configuration: what it watches, what it may reach, how it talks.
 
 It comes from ``imagerefresh run``'s options (the chart renders them); everything a policy may
-not decide for itself lives here — which registries are plain HTTP and which namespace pairs a
-policy may cross (the confused-deputy guard).
+not decide for itself lives here — which registries are plain HTTP, which namespace pairs a
+policy may cross (the confused-deputy guard), and whether the operator may read nodes (a
+cluster-wide grant, off unless the chart's values ask for it).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from imagerefresh.offline import KUBELET_IMAGE_CAP
 from imagerefresh.planner import NamespacePolicy
 from imagerefresh.registry import DEFAULT_DEADLINE
 
@@ -46,6 +48,16 @@ class OperatorConfig:
     # Policy ticks running at once (the others wait for a slot). A tick waiting on a registry
     # holds no slot: only its reads and its decision do.
     tick_concurrency: int = 8
+    # Offline evidence from the nodes' image lists (``status.images``): reading nodes needs
+    # get/list on nodes cluster-wide, so it is off unless asked for; off, only pods prove what
+    # a node holds.
+    read_nodes: bool = False
+    # The kubelets' nodeStatusMaxImages: a node listing this many images may hold more, so an
+    # image missing from its list is unknown, not missing (0 or less: the kubelets list all).
+    node_status_max_images: int = KUBELET_IMAGE_CAP
+    # Policies ticking within this many seconds of each other share one node list (a list is
+    # never used once older than this).
+    node_list_lifetime: float = 30.0
     # For tests only: planning spins the CPU this many seconds more, so that a test can prove
     # the event loop (the Lease, /healthz) goes on while a large policy is planned.
     planning_delay: float = 0.0

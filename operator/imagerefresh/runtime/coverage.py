@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from pydantic import ValidationError
@@ -35,12 +36,10 @@ from imagerefresh.audit import (
 from imagerefresh.kube.api import KubeApi
 from imagerefresh.kube.errors import Forbidden, KubeError
 from imagerefresh.models import PolicySpec
-from imagerefresh.offline import NodeInventory, PodImages, running_digest
+from imagerefresh.offline import NodeInventory, PodImages, node_images, running_digest
 
-__all__ = ["MAX_NODES", "AuditUnreadable", "Coverage", "OfflineEvidence", "read_coverage"]
+__all__ = ["AuditUnreadable", "Coverage", "OfflineEvidence", "read_coverage"]
 
-# Kubernetes' largest supported cluster: a bigger node list stops here, the rest unknown.
-MAX_NODES = 5_000
 _FORBIDDEN = 403  # a 401 is a Forbidden too, but it says the credentials are bad: never skipped
 
 
@@ -180,7 +179,7 @@ def _node_images(api: KubeApi) -> tuple[NodeInventory, str | None]:
     """The nodes' image lists, or, when the caller may not list nodes, a failed inventory (every
     node unknown: only pods prove what a node holds) and the note saying so."""
     try:
-        items, complete = api.list_node_images(MAX_NODES)
+        found, complete = api.list_nodes(node_images)
     except KubeError as error:
         if isinstance(error, Forbidden) and error.status == _FORBIDDEN:
             note = (
@@ -193,7 +192,7 @@ def _node_images(api: KubeApi) -> tuple[NodeInventory, str | None]:
             "lists (`list` on nodes; without that right it goes on without them): fix what "
             "the message says, or run it again once the API server answers"
         ) from error
-    return NodeInventory.from_api(items, complete), None
+    return NodeInventory(MappingProxyType(dict(found)), complete), None
 
 
 def _pods_unreadable(error: KubeError) -> AuditUnreadable:

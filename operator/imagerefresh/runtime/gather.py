@@ -2,7 +2,8 @@
 
 The shell's read half, in three steps that the operator's ticks run apart — so that waiting on
 a registry holds nothing else — and :func:`gather` runs in a row (``imagerefresh plan``, tests):
-:func:`~.reads.read_targets` (the policy, its workloads, pods and pull secrets),
+:func:`~.reads.read_targets` (the policy, its workloads, pods and pull secrets, and the nodes'
+image lists that the policies ticking together share: :mod:`.nodes`),
 :func:`~.answers.resolve_digests` and :func:`~.answers.verify_signatures` (the registries), and
 :func:`assemble` (one :class:`~imagerefresh.planner.TickInput`). Every failure is explicit
 evidence, so the planner can fail closed instead of mistaking silence for an answer.
@@ -25,6 +26,7 @@ from imagerefresh.ratelimit import BudgetSnapshot, RateLimitLedger
 from imagerefresh.resolver import SharedResolver
 from imagerefresh.runtime.answers import Digests, Signatures, resolve_digests, verify_signatures
 from imagerefresh.runtime.config import OperatorConfig
+from imagerefresh.runtime.nodes import NodeReads
 from imagerefresh.runtime.reads import TargetReads, WorkloadRead, read_targets, unreadable_message
 from imagerefresh.verifier import SignatureVerifier
 
@@ -90,7 +92,16 @@ def assemble(
         targets=len(evidence),
         resolutions=len(set(found.wanted.values())),
     )
-    tick = TickInput(view, evidence, budgets or {}, now, config.namespaces, found.claims, follow_up)
+    tick = TickInput(
+        view,
+        evidence,
+        budgets or {},
+        now,
+        config.namespaces,
+        found.claims,
+        follow_up,
+        nodes=found.nodes,
+    )
     return Gathered(tick, workloads, found.accounts)
 
 
@@ -118,12 +129,14 @@ async def gather(
     shared_reads: ReadCache | None = None,
     asked_at: float | None = None,
     verifier: SignatureVerifier | None = None,
+    nodes: NodeReads | None = None,
 ) -> Gathered:
     """Everything one tick of ``policy`` decides on (``claimed_elsewhere``: other policies'
     containers, see :mod:`.claims`; ``shared_reads``: ServiceAccounts and pull secrets read
     by the policies ticking together, see :class:`ReadCache`), budgets as ``ledger`` has them.
     ``verifier``: where signature verdicts are remembered (none: verified afresh, with the
-    resolver's registry client).
+    resolver's registry client). ``nodes``: the nodes' image lists, shared by the policies
+    ticking together (none: node reads are off, only pods prove what a node holds).
 
     ``follow_up``: a tick between interval ticks that judges only the rollouts in flight —
     only their workloads are read, and the registry is asked nothing already answered.
@@ -141,6 +154,7 @@ async def gather(
         follow_up=follow_up,
         shared_reads=shared_reads,
         asked_at=asked_at,
+        nodes=nodes,
     )
     digests, _ = await resolve_digests(found, resolver, follow_up=follow_up, asked_at=asked_at)
     signatures, _ = await verify_signatures(

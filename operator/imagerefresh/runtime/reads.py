@@ -1,5 +1,6 @@
 """The API half of a tick's evidence: the policy as the planner sees it, its workloads, pods and
-pull secrets.
+pull secrets, and (with node reads on) the nodes' image lists, shared with the policies ticking
+together (:mod:`.nodes`).
 
 Reads run concurrently on threads (the official Kubernetes client is synchronous), bounded by
 the operator's configuration, and are reduced as they arrive to what a tick keeps. Every failure
@@ -22,11 +23,13 @@ from imagerefresh.credentials import ANONYMOUS, Credentials, credentials_for
 from imagerefresh.kube.api import KubeApi, ReadCache
 from imagerefresh.kube.errors import KubeError
 from imagerefresh.models import ContainerSpec, PolicySpec, PolicyStatus
+from imagerefresh.offline import NodeInventory
 from imagerefresh.planner import ObservedPod, PolicyView, TargetKey, Workload, in_flight
 from imagerefresh.planner.windows import WINDOW_OVERRIDE_ANNOTATION
 from imagerefresh.reference import InvalidReference, parse, registry_host
 from imagerefresh.resolver import ResolutionKey
 from imagerefresh.runtime.config import OperatorConfig
+from imagerefresh.runtime.nodes import NodeReads
 
 __all__ = [
     "RESET_ANNOTATION",
@@ -252,6 +255,8 @@ class TargetReads:
     accounts: dict[tuple[str, str], str] = field(default_factory=dict)  # (host, name) → account
     # (target, registry host) → the pull secret's credentials the registry is asked with
     credentials: dict[tuple[TargetKey, str], Credentials | None] = field(default_factory=dict)
+    # The nodes' image lists (offline evidence); None when the operator may not read nodes.
+    nodes: NodeInventory | None = None
 
 
 async def read_targets(
@@ -263,9 +268,11 @@ async def read_targets(
     follow_up: bool = False,
     shared_reads: ReadCache | None = None,
     asked_at: float | None = None,
+    nodes: NodeReads | None = None,
 ) -> TargetReads:
     """The API half of a tick's evidence: the policy's view, its workloads, pods and pull
-    secrets, and what each container's tag is to be resolved with (see :func:`gather`)."""
+    secrets, and what each container's tag is to be resolved with (see :func:`gather`).
+    ``nodes``: where the nodes' image lists come from (none: node reads are off)."""
     view = policy_view(policy, follow_up=follow_up)
     spec = view.spec
     found = TargetReads(view, claimed_elsewhere or {})
@@ -276,9 +283,13 @@ async def read_targets(
     if follow_up:
         flying = in_flight(spec, view.status, view.namespace).workloads
         reachable = [k for k in reachable if k in flying]
-    found.reads = await _read_all(
+    workloads = _read_all(
         api, reachable, config.kube_concurrency, None if asked_at is not None else shared_reads
     )
+    if nodes is not None and nodes.enabled and reachable:
+        found.reads, found.nodes = await asyncio.gather(workloads, nodes.current(asked_at))
+    else:
+        found.reads = await workloads
     chosen: dict[tuple[TargetKey, str], Credentials | None] = {}
     for index, target in enumerate(spec.targets):
         key = keys[index]

@@ -40,6 +40,7 @@ from imagerefresh.runtime.claims import ClaimIndex
 from imagerefresh.runtime.config import OperatorConfig
 from imagerefresh.runtime.events import EventRecorder
 from imagerefresh.runtime.gather import Gathered, assemble, budgets, gather
+from imagerefresh.runtime.nodes import NodeReads
 from imagerefresh.runtime.reads import PolicyUnreadable, TargetReads, read_targets
 from imagerefresh.runtime.schema import CrdCheck
 from imagerefresh.verifier import SignatureVerifier
@@ -106,6 +107,8 @@ class PolicyTicker:
         # Policies ticking together share their ServiceAccount and pull-secret reads, as they
         # share registry answers: within the resolution window, never older than it.
         self.shared_reads = ReadCache(lifetime=config.resolution_window)
+        # The nodes' image lists are the cluster's: one LIST per round of ticks, for all.
+        self.nodes = NodeReads(api, config)
         self._slots = asyncio.Semaphore(config.tick_concurrency)
         self._policies: dict[tuple[str, str], _PolicyTicks] = {}
         # Planning is pure and CPU-bound: it runs on a thread of its own, so the event loop —
@@ -142,6 +145,7 @@ class PolicyTicker:
             claimed_elsewhere=self.claims.elsewhere(metadata["namespace"], metadata["name"]),
             shared_reads=self.shared_reads,
             verifier=self.verifier,
+            nodes=self.nodes,
         )
         return gathered, plan_tick(gathered.tick)
 
@@ -238,6 +242,7 @@ class PolicyTicker:
                 follow_up=follow_up,
                 shared_reads=self.shared_reads,
                 asked_at=asked_at,
+                nodes=self.nodes,
             )
         except PolicyUnreadable as error:
             await self._unreadable(policy, error, self.clock())
