@@ -27,6 +27,7 @@ from support.cluster_env import Cluster
 __all__ = ["ApiWindow", "Cost"]
 
 READ_RESOURCES = {
+    "nodes",  # offline evidence: the operator runs with --read-nodes
     "deployments",
     "daemonsets",
     "statefulsets",

@@ -590,7 +590,8 @@ def test_series_of_a_removed_target_and_of_a_deleted_policy_leave_metrics(
         timeout=30,
         what="the removed target's series to leave /metrics",
     )
-    assert len(operator.series(**ours, target=f"{ns}/one")) == 6  # the six per-target gauges
+    # The seven per-target gauges (offline readiness too: its pods were assessed).
+    assert len(operator.series(**ours, target=f"{ns}/one")) == 7
     # The policy is deleted: every series of it goes (an alert on one would fire forever).
     cluster.kubectl("delete", "irp", "control-plane", "-n", ns, "--timeout=60s")
     eventually(
