@@ -8,6 +8,9 @@ from the operator's status and events; nothing dials the node.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,6 +32,8 @@ from support.scenario import (
 )
 
 pytestmark = pytest.mark.cluster
+
+IMAGEREFRESH = str(Path(sys.executable).with_name("imagerefresh"))
 
 
 @pytest.fixture
@@ -464,3 +469,21 @@ def test_offline_readiness_is_true_only_where_the_node_proves_a_pinned_restart(
     assert f"Deployment {ns}/pinned" not in ready["message"]
     # The proof came from the node: the pod's container reports the pinned digest it pulled.
     assert image_id(real_node.running(ns, "pinned")[0]).endswith(f"@{build.digest}")
+
+    # The command line sees the same, and exits 1 on findings.
+    audit = subprocess.run(
+        [IMAGEREFRESH, "audit", "--offline", "--namespace", ns, "-o", "json"],
+        capture_output=True,
+        text=True,
+        env=cluster.env,
+        timeout=60,
+        check=False,
+    )
+    assert audit.returncode == 1, audit.stdout + audit.stderr
+    findings = json.loads(audit.stdout)
+    offline_findings = [f for f in findings if f["kind"] == "not-offline-ready"]
+    listed = {f["workload"].removeprefix(f"Deployment {ns}/") for f in offline_findings}
+    assert listed == set(expected)
+    # Beside them, the coverage audit's own findings: the policy is a dry run (of every
+    # container, pinned included), and the sidecar runs the tracked repository undeclared.
+    assert {f["kind"] for f in findings} == {"not-offline-ready", "dry-run", "uncovered"}
