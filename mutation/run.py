@@ -166,6 +166,14 @@ def stage(stage_dir: Path) -> None:
         for path in copied.rglob("*.py"):
             if not (stage_dir / path.relative_to(stage_dir / "mutants")).exists():
                 path.unlink()
+    # Nor does it forget a module that moved or went (audit.py became audit/): its mutants and
+    # their verdicts would be reported against a source that no longer has their functions.
+    mutated = stage_dir / "mutants" / "src"
+    if mutated.exists():
+        for path in [*mutated.rglob("*.py"), *mutated.rglob("*.py.meta")]:
+            source = stage_dir / path.relative_to(stage_dir / "mutants")
+            if not source.with_name(source.name.removesuffix(".meta")).exists():
+                path.unlink()
 
 
 # --- invalidation when tests change ----------------------------------------------------------

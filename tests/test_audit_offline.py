@@ -251,3 +251,62 @@ def test_a_workload_is_read_from_the_api_with_its_init_containers_and_scheduled_
     assert OfflineWorkload.from_api(unobserved, []).scheduled == 0
     deployment = {**obj, "kind": "Deployment", "status": {"desiredNumberScheduled": 3}}
     assert OfflineWorkload.from_api(deployment, []).scheduled is None
+
+
+def test_a_template_read_from_the_api_keeps_the_declared_pull_policy_and_fills_gaps() -> None:
+    obj = {
+        "kind": "Deployment",
+        "metadata": {"namespace": "ns", "name": "web"},
+        "spec": {
+            "template": {
+                "spec": {
+                    "containers": [
+                        {"name": "web", "image": PROXY, "imagePullPolicy": "Always"},
+                        {"image": PINNED},
+                        {"name": "bare"},
+                    ]
+                }
+            }
+        },
+    }
+    assert OfflineWorkload.from_api(obj, []).template == (
+        TemplateImage("web", PROXY, "Always"),
+        TemplateImage("", PINNED, "IfNotPresent"),
+        TemplateImage("bare", "", None),  # no image: unreadable, never ready
+    )
+
+
+def test_a_daemonsets_scheduled_count_is_read_only_when_it_is_a_positive_number() -> None:
+    def scheduled(value: object) -> int | None:
+        obj = {
+            "kind": "DaemonSet",
+            "metadata": {"namespace": "ns", "name": "agent"},
+            "status": {"desiredNumberScheduled": value},
+        }
+        return OfflineWorkload.from_api(obj, []).scheduled
+
+    assert [scheduled(v) for v in (1, 2, 0, -1, True, "3", None)] == [1, 2, 0, 0, 0, 0, 0]
+
+
+def test_every_workload_judged_adds_its_findings() -> None:
+    idle = [workload(n, container("api", PINNED), nodes=()) for n in ("a", "b")]
+    assert [f.workload for f in audit_offline([], idle, NO_NODES)] == [
+        "Deployment tracebloc/a",
+        "Deployment tracebloc/b",
+    ]
+
+
+def test_a_claimed_daemonset_short_of_pods_is_one_finding_not_two() -> None:
+    agent = workload("jobs-manager", container("api", PINNED), kind="DaemonSet", scheduled=3)
+    claims = policy("control-plane", target("jobs-manager", kind="DaemonSet", api=JM))
+    (found,) = audit_offline([claims], [agent], NO_NODES)
+    assert (found.container, found.detail) == (
+        "-",
+        "2 scheduled node(s) have no pod of it to prove it",
+    )
+
+
+def test_a_claimed_container_on_a_tag_renders_with_no_nodes() -> None:
+    tagged = workload("jobs-manager", container("api", JM))
+    (found,) = audit_offline([CONTROL_PLANE], [tagged], NO_NODES)
+    assert found.as_json()["nodes"] == []

@@ -20,6 +20,7 @@ from imagerefresh.offline import (
     TemplateImage,
     held_name,
     offline_readiness,
+    workload_readiness,
 )
 
 D1 = "sha256:" + "1" * 64
@@ -492,3 +493,25 @@ def test_a_node_that_lists_no_images_holds_none() -> None:
     ready, reason, named = verdict(ALONE, [on("a")], inventory)
     assert (ready, named) == (False, ("a",))
     assert LACKS in reason
+
+
+def test_a_node_needs_a_name_and_one_whose_status_cannot_be_read_is_unknown() -> None:
+    odd = [
+        {"metadata": "a", "status": {"images": []}},
+        {"metadata": {"name": ""}, "status": {"images": []}},
+        {"metadata": {"name": "b"}, "status": "weird"},
+    ]
+    inventory = NodeInventory.from_api(odd, True)
+    assert dict(inventory.nodes) == {"b": NodeImages(frozenset(), full=True)}  # unknown
+
+
+def test_a_workloads_own_verdict_lets_undeclared_tags_be_unless_asked() -> None:
+    template = [tmpl("api", PINNED), tmpl("sidecar", "busybox:1.36")]
+    pods = [on("a", api=PINNED, sidecar="busybox:1.36")]
+    assert workload_readiness(template, pods, None).ready
+    assert not workload_readiness(template, pods, None, pinned_only=True).ready
+
+
+def test_two_unproven_nodes_are_named_together() -> None:
+    ready, reason, named = verdict(ALONE, [on("a"), on("b")], nodes(a=[], b=[]))
+    assert (ready, reason, named) == (False, f"not proven on node a, b: {LACKS}", ("a", "b"))

@@ -201,7 +201,9 @@ def node_images(
     name = metadata.get("name") if isinstance(metadata, Mapping) else None
     if not isinstance(name, str) or not name:
         return None
-    listed = status.get("images") if isinstance(status, Mapping) else None
+    if not isinstance(status, Mapping):
+        return name, NodeImages(frozenset(), full=True)
+    listed = status.get("images")
     if listed is None:
         return name, NodeImages(frozenset())
     if not isinstance(listed, list):

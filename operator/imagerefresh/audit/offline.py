@@ -134,7 +134,7 @@ def _judge(
         if verdict is not None and not verdict.ready and verdict != shared:
             label = f"{container.name} (init)" if container.init else container.name
             findings.append(
-                _finding(workload, label, container.image or "-", verdict.reason, verdict.nodes)
+                _finding(workload, label, container.image, verdict.reason, verdict.nodes)
             )
     return findings
 
