@@ -310,3 +310,20 @@ def test_a_claimed_container_on_a_tag_renders_with_no_nodes() -> None:
     tagged = workload("jobs-manager", container("api", JM))
     (found,) = audit_offline([CONTROL_PLANE], [tagged], NO_NODES)
     assert found.as_json()["nodes"] == []
+
+
+def test_a_claimed_daemonset_short_of_pods_with_an_unproven_node_is_still_one_finding() -> None:
+    api = container("api", PINNED)
+    agent = OfflineWorkload(
+        "DaemonSet",
+        "tracebloc",
+        "jobs-manager",
+        (api,),
+        (pod("node-a", api), PodImages("node-b")),
+        3,
+    )
+    claims = policy("control-plane", target("jobs-manager", kind="DaemonSet", api=JM))
+    (found,) = audit_offline([claims], [agent], NO_NODES)
+    assert found.container == "-"
+    assert found.nodes == ("node-b",)
+    assert found.detail.endswith("; 1 scheduled node(s) have no pod of it to prove it")
