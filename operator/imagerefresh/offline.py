@@ -167,6 +167,9 @@ class NodeImages:
 
     images: frozenset[str]
     full: bool = False
+    # Whether pods can start there now (a pre-pull skips, and names, the nodes that cannot).
+    ready: bool = True
+    schedulable: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,13 +204,16 @@ def node_images(
     name = metadata.get("name") if isinstance(metadata, Mapping) else None
     if not isinstance(name, str) or not name:
         return None
+    spec = item.get("spec")
+    schedulable = not (isinstance(spec, Mapping) and spec.get("unschedulable") is True)
     if not isinstance(status, Mapping):
-        return name, NodeImages(frozenset(), full=True)
+        return name, NodeImages(frozenset(), full=True, schedulable=schedulable)
+    ready = _ready(status.get("conditions"))
     listed = status.get("images")
     if listed is None:
-        return name, NodeImages(frozenset())
+        return name, NodeImages(frozenset(), ready=ready, schedulable=schedulable)
     if not isinstance(listed, list):
-        return name, NodeImages(frozenset(), full=True)
+        return name, NodeImages(frozenset(), full=True, ready=ready, schedulable=schedulable)
     held: set[str] = set()
     for entry in listed[:_NODE_IMAGES_READ]:
         names = entry.get("names") if isinstance(entry, dict) else None
@@ -215,7 +221,16 @@ def node_images(
             if isinstance(text, str) and (normal := held_name(text)) is not None:
                 held.add(normal)
     full = len(listed) >= _NODE_IMAGES_READ or (cap > 0 and len(listed) >= cap)
-    return name, NodeImages(frozenset(held), full)
+    return name, NodeImages(frozenset(held), full, ready, schedulable)
+
+
+def _ready(conditions: object) -> bool:
+    """False only when the node says it is not Ready: a pre-pull skips a node on its word, and
+    tries one that says nothing (its helper pod then proves or fails it)."""
+    for condition in conditions if isinstance(conditions, list) else ():
+        if isinstance(condition, Mapping) and condition.get("type") == "Ready":
+            return condition.get("status") == "True"
+    return True
 
 
 @dataclass(frozen=True, slots=True)

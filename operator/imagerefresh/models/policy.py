@@ -100,6 +100,7 @@ class TargetSpec(ApiModel):
         tuple[ContainerSpec, ...], Field(min_length=1, max_length=MAX_CONTAINERS_PER_TARGET)
     ]
     rollout_timeout: Duration | None = None  # overrides the policy's progress deadline
+    pre_pull: bool | None = None  # overrides the policy's prePull
 
     @field_validator("rollout_timeout")
     @classmethod
@@ -237,6 +238,9 @@ class PolicySpec(ApiModel):
     # A new digest of a tag is pinned only once the tag has answered it this long (0: at once).
     minimum_age: Duration = timedelta(0)
     verify: VerifySpec | None = None  # pin only digests signed by one of these keys
+    # True: a refresh first pulls the new digests onto the workload's nodes, with one helper pod
+    # per node, and patches only once every node holds them (planner.target.prepull).
+    pre_pull: bool = False
     targets: Annotated[tuple[TargetSpec, ...], Field(min_length=1, max_length=MAX_TARGETS)]
 
     @model_validator(mode="after")

@@ -30,6 +30,8 @@ __all__ = [
     "PendingRefresh",
     "Phase",
     "PolicyStatus",
+    "PrePullFailure",
+    "PrePullIntent",
     "ProgressMark",
     "RegistryStatus",
     "SeenDigest",
@@ -182,6 +184,35 @@ class OfflineStatus(StatusModel):
     nodes: Annotated[tuple[NodeName, ...], Field(max_length=MAX_NODES)] = ()  # where not proven
 
 
+class PrePullFailure(StatusModel):
+    """A node that could not pull: the refresh holds until a reset or a new digest."""
+
+    node: NodeName
+    reason: Annotated[str, Field(max_length=MAX_REASON)]
+
+
+class PrePullIntent(StatusModel):
+    """A pre-pull of ours, recorded before its first helper pod is created: which images go onto
+    the workload's nodes, since when (its progress deadline), and a node whose pull failed.
+
+    Read back after a restart or by a new leader, it resumes the pre-pull without charging the
+    pull budget again. Its images must be pinned references; whether they name the tracked
+    repository is the pod guard's to decide, at the one place helper pods are created.
+    """
+
+    images: ImagesByContainer  # container → the image (repo@digest) its nodes must hold
+    started_at: Timestamp
+    failure: PrePullFailure | None = None
+
+    @field_validator("images")
+    @classmethod
+    def _pinned(cls, value: dict[str, str]) -> dict[str, str]:
+        for image in value.values():
+            if parse(image).digest is None:
+                raise ValueError("a pre-pull names images by digest")
+        return value
+
+
 class ContainerStatus(StatusModel):
     name: str
     tracked: str  # fully qualified repo:tag
@@ -224,6 +255,7 @@ class TargetStatus(StatusModel):
     locked_at: Timestamp | None = None  # when attempts reached the ceiling; only a reset clears
     last_refresh: Timestamp | None = None
     pending: PendingRefresh | None = None
+    pre_pull: PrePullIntent | None = None  # a pre-pull in flight, or one that failed
     last_good: Annotated[dict[str, Image], Field(max_length=MAX_CONTAINERS)] = Field(
         default_factory=dict
     )

@@ -8,14 +8,23 @@ rejects the whole patch (422) and nothing is clobbered; the next tick reads agai
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from imagerefresh.models import PendingPurpose, PolicyStatus
 from imagerefresh.planner.evidence import Account, TargetKey
 
-__all__ = ["Event", "ImageChange", "ImagePatch", "PatchPurpose", "Plan"]
+__all__ = [
+    "Event",
+    "HelperPodCreate",
+    "HelperPodDelete",
+    "ImageChange",
+    "ImagePatch",
+    "PatchPurpose",
+    "Plan",
+]
 
 
 PatchPurpose = PendingPurpose  # a patch is sent for the purpose its pending intent records
@@ -53,6 +62,31 @@ class ImagePatch:
 
 
 @dataclass(frozen=True, slots=True)
+class HelperPodCreate:
+    """A pre-pull helper pod to create (planner.helperpod), once the status recording its
+    intent landed. ``repositories``: the target's tracked repositories, the only ones the pod
+    guard lets it pull; ``pulls``: what the pre-pull costs per account, charged once, with
+    the first of its pods."""
+
+    target: TargetKey
+    node: str
+    manifest: Mapping[str, Any]
+    repositories: frozenset[str]
+    pulls: tuple[tuple[Account, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class HelperPodDelete:
+    """A helper pod no pre-pull needs any more: deleted with its uid as a precondition, so a
+    pod of the same name created since is never touched."""
+
+    target: TargetKey
+    namespace: str
+    name: str
+    uid: str
+
+
+@dataclass(frozen=True, slots=True)
 class Event:
     """A Kubernetes event about the policy (``target`` None) or about a target's workload."""
 
@@ -69,6 +103,9 @@ class Plan:
     patches: tuple[ImagePatch, ...]
     events: tuple[Event, ...]
     status: PolicyStatus
+    # Pre-pull helper pods: created after the status write, like patches; deleted after it.
+    pod_creates: tuple[HelperPodCreate, ...] = ()
+    pod_deletes: tuple[HelperPodDelete, ...] = ()
     degraded: bool = False
     rate_limited: bool = False
     # The earliest instant a drifted target waits for (UTC): a refresh window opening or a

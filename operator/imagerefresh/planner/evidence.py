@@ -25,6 +25,7 @@ from imagerefresh.offline import (
     effective_pull_policy,
     running_digest,
 )
+from imagerefresh.planner.helperpod import HelperPod, Placement
 from imagerefresh.ratelimit import BudgetSnapshot
 from imagerefresh.rollout import RolloutProgress, RolloutVerdict, rollout_progress, rollout_verdict
 from imagerefresh.signatures import Untrusted, Verified
@@ -99,6 +100,7 @@ class Workload:
     expected_pods: int  # replicas, or scheduled nodes for a DaemonSet: the pulls one image costs
     image_managers: Mapping[str, str] = field(default_factory=lambda: _EMPTY)  # who set images
     progress: RolloutProgress | None = None  # counts of the observed rollout (progress deadline)
+    placement: Placement | None = None  # what a pre-pull helper pod needs to land on its nodes
 
     @classmethod
     def from_api(cls, obj: Mapping[str, Any]) -> Workload:
@@ -130,6 +132,7 @@ class Workload:
             expected_pods=expected,
             image_managers=MappingProxyType(_image_managers(metadata.get("managedFields"))),
             progress=rollout_progress(obj),
+            placement=Placement.from_api(obj),
         )
 
 
@@ -182,6 +185,7 @@ class ObservedPod:
     running: Mapping[str, str | None]
     node: str | None = None
     pulled: Mapping[str, str] = field(default_factory=lambda: _EMPTY)  # container → its image
+    scheduled: str | None = None  # the node it runs on (spec.nodeName), whatever it proves
 
     @classmethod
     def from_api(cls, obj: Mapping[str, Any]) -> ObservedPod:
@@ -191,7 +195,11 @@ class ObservedPod:
             for container in status.get(section) or ():
                 running[container["name"]] = running_digest(container.get("imageID"))
         proof = PodImages.from_api(obj, running)
-        return cls(obj["metadata"]["name"], MappingProxyType(running), proof.node, proof.pulled)
+        node = (obj.get("spec") or {}).get("nodeName")
+        scheduled = node if isinstance(node, str) and node else None
+        return cls(
+            obj["metadata"]["name"], MappingProxyType(running), proof.node, proof.pulled, scheduled
+        )
 
     @property
     def proof(self) -> PodImages:
@@ -255,6 +263,10 @@ class TargetEvidence:
     # With spec.verify: container → what its desired digest's signatures say (absent: not read,
     # which the planner treats as unreadable — nothing is pinned on it).
     signatures: Mapping[str, SignatureOutcome] = field(default_factory=lambda: _EMPTY)
+    # The pre-pull helper pods found for the workload (owner reference and label); None when
+    # they were not read (the operator may not create pods, or the read failed).
+    helpers: tuple[HelperPod, ...] | None = None
+    helpers_error: str | None = None  # why they could not be read
 
 
 @dataclass(frozen=True, slots=True)
@@ -305,3 +317,4 @@ class TickInput:
     follow_up: bool = False
     # The nodes' image lists (offline evidence); None when the operator may not read nodes.
     nodes: NodeInventory | None = None
+    pre_pull_pods: bool = False  # the operator may create pre-pull helper pods

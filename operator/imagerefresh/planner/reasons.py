@@ -27,6 +27,9 @@ UNTRUSTED = "Untrusted"  # with spec.verify: a desired digest has no valid signa
 SIGNATURES_UNREADABLE = "SignaturesUnreadable"  # its signatures could not be read: not pinned
 COOLING_DOWN = "CoolingDown"  # a new digest waits out spec.minimumAge
 BUILD_FAILED = "BuildFailed"  # a digest whose rollout failed here before is not tried again
+PRE_PULLING = "PrePulling"  # a refresh first pulls its digests onto the workload's nodes
+PRE_PULL_FAILED = "PrePullFailed"  # a node could not pull (or not in time): the refresh holds
+PRE_PULL_NOT_ALLOWED = "PrePullNotAllowed"  # prePull asked of an operator that may not create pods
 
 # Events about the policy.
 RESET = "Reset"  # the reset annotation was honoured
@@ -80,6 +83,9 @@ TARGET_EVENTS = (
     SIGNATURES_UNREADABLE,
     COOLING_DOWN,
     BUILD_FAILED,
+    PRE_PULLING,
+    PRE_PULL_FAILED,
+    PRE_PULL_NOT_ALLOWED,
 )
 # Posted about the policy alone.
 POLICY_EVENTS = (

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Collection, Mapping
+from dataclasses import replace
 from datetime import datetime
 
 from imagerefresh.models import (
@@ -25,7 +26,7 @@ from imagerefresh.models import (
     TargetStatus,
 )
 from imagerefresh.planner import reasons
-from imagerefresh.planner.actions import Event, Plan
+from imagerefresh.planner.actions import Event, HelperPodCreate, HelperPodDelete, Plan
 from imagerefresh.planner.budget import spend, units
 from imagerefresh.planner.conditions import (
     TickFlags,
@@ -185,6 +186,7 @@ class _Targets:
             follow_up=tick.follow_up,
             seen={entry.tracked: entry for entry in seen},
             nodes=tick.nodes,
+            pre_pull_pods=tick.pre_pull_pods,
         )
         self.twice = {key for key, count in Counter(self.keys).items() if count > 1}
         self.previous = {_key(status): status for status in policy.status.targets}
@@ -270,6 +272,35 @@ def _seen(tick: TickInput) -> tuple[SeenDigest, ...]:
     return observe(before, tracked, frozen, tick.now)
 
 
+def _helper_creates(outcomes: list[tuple[TargetKey, TargetOutcome]]) -> tuple[HelperPodCreate, ...]:
+    """The helper pods to create; a pre-pull's pulls ride on its first, charged once."""
+    creates: list[HelperPodCreate] = []
+    for _, outcome in outcomes:
+        pending = sorted(outcome.pulls.items()) if outcome.status.pre_pull is not None else []
+        for index, create in enumerate(outcome.helper_creates):
+            pulls = tuple(pending) if index == 0 and not outcome.pre_pulled else ()
+            creates.append(replace(create, pulls=pulls))
+    return tuple(creates)
+
+
+def _helper_deletes(
+    tick: TickInput, outcomes: list[tuple[TargetKey, TargetOutcome]]
+) -> tuple[HelperPodDelete, ...]:
+    """Every helper pod found for a target decided this tick that its decision does not keep:
+    after a patch, a failure, a closed window, a crash or a failover, none is left behind."""
+    deletes: list[HelperPodDelete] = []
+    for key, outcome in outcomes:
+        found = tick.evidence.get(key, _NOT_READ).helpers
+        if not outcome.decided or found is None:
+            continue
+        deletes += (
+            HelperPodDelete(key, key.namespace, helper.name, helper.uid)
+            for helper in found
+            if helper.name not in outcome.helpers_kept
+        )
+    return tuple(deletes)
+
+
 def plan_tick(tick: TickInput) -> Plan:
     """Decide one tick of one policy. Pure: the same input always gives the same plan."""
     policy, spec, before = tick.policy, tick.policy.spec, tick.policy.status
@@ -340,6 +371,8 @@ def plan_tick(tick: TickInput) -> Plan:
     waits = [o.wake_at for _, o in outcomes if o.wake_at is not None]
     return Plan(
         patches=tuple(o.patch for _, o in outcomes if o.patch is not None),
+        pod_creates=_helper_creates(outcomes),
+        pod_deletes=_helper_deletes(tick, outcomes),
         events=tuple(events),
         status=status,
         degraded=bool(flags.degraded),

@@ -25,13 +25,14 @@ from imagerefresh.models import (
     PendingRefresh,
     Phase,
     PolicySpec,
+    PrePullIntent,
     SeenDigest,
     TargetSpec,
     TargetStatus,
 )
 from imagerefresh.offline import NodeInventory
 from imagerefresh.planner import reasons
-from imagerefresh.planner.actions import Event, ImageChange, ImagePatch
+from imagerefresh.planner.actions import Event, HelperPodCreate, ImageChange, ImagePatch
 from imagerefresh.planner.evidence import Account, Resolved, TargetEvidence, TargetKey, Workload
 from imagerefresh.planner.lockstep import Judged, LockstepOrders, LockstepReport
 from imagerefresh.planner.windows import OPEN, WindowState
@@ -64,6 +65,7 @@ class TargetContext:
     # has answered its digest (planner.cooldown).
     seen: Mapping[str, SeenDigest] = field(default_factory=lambda: MappingProxyType({}))
     nodes: NodeInventory | None = None  # the nodes' image lists; None: node reads are off
+    pre_pull_pods: bool = False  # the operator may create pre-pull helper pods
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +96,11 @@ class TargetOutcome:
     # The registry pulls the refresh it starts (or, in a dry run, would start) costs, per
     # account: the tick spends them from the budget, or defers it (planner.budget).
     pulls: dict[Account, int] = field(default_factory=dict)
+    # Pre-pull helper pods: those to create, and the names of those found that are still
+    # needed (every other one found is deleted).
+    helper_creates: list[HelperPodCreate] = field(default_factory=list)
+    helpers_kept: set[str] = field(default_factory=set)
+    pre_pulled: bool = False  # the refresh it starts follows a pre-pull: its pulls were charged
 
     @property
     def report(self) -> LockstepReport:
@@ -130,6 +137,7 @@ class Decision:
     ) -> None:
         self.ctx, self.target, self.key, self.evidence = ctx, target, key, evidence
         self.orders = orders
+        self.pre_pull: PrePullIntent | None
         self.previous_phase = previous.phase if previous else None
         self.previous_message = previous.message if previous else ""
         self.holds: list[Hold] = []
@@ -142,6 +150,10 @@ class Decision:
             # At the ceiling (a lowered maxRefreshAttempts, a status written by someone else)
             # the lock holds from now on: a refresh in flight that settles cannot lift it.
             base = replace_status(base, locked_at=ctx.now)
+        # A pre-pull in flight is carried on only by the step that decides it (planner.target.
+        # prepull): a decision that ends anywhere else drops it, and its helper pods go.
+        self.pre_pull = None if ctx.reset else base.pre_pull
+        base = replace_status(base, pre_pull=None)
         self.status = base
         self.outcome = TargetOutcome(status=base)
         self.tracked = {c.name: c.tracked.repository for c in target.containers}

@@ -11,7 +11,9 @@ landed patch is always recognised as ours. Re-pinning images another writer move
 what we last wrote counts as a contested attempt (:mod:`.contest`).
 
 A refresh that starts also reports the registry pulls it costs, per account, for the tick to
-spend from the pull budget (:mod:`~imagerefresh.planner.budget`).
+spend from the pull budget (:mod:`~imagerefresh.planner.budget`). With ``prePull`` the digests
+are first pulled onto the workload's nodes (:mod:`.prepull`), ahead of lockstep and the budget:
+the refresh starts once every node holds them, and costs no pull then.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from imagerefresh.planner.evidence import ANONYMOUS, Account, Workload
 from imagerefresh.planner.lockstep import held_message
 from imagerefresh.planner.target.contest import contest_repin
 from imagerefresh.planner.target.decision import Decision, TargetOutcome, short
+from imagerefresh.planner.target.prepull import pre_pull, wants_pre_pull
 from imagerefresh.planner.windows import WINDOW_OVERRIDE_ANNOTATION
 from imagerefresh.reference import parse, registry_host
 
@@ -51,6 +54,10 @@ def refresh(
         return decision.finish(
             Phase.WAITING, f"drift: {plan}; the refresh starts at the next tick{note}"
         )
+    if wants_pre_pull(decision) and not decision.ctx.spec.dry_run:
+        pulling = pre_pull(decision, workload, drifted, plan, note)
+        if pulling is not None:
+            return pulling
     held = sorted(name for name in drifted if name in decision.orders.held)
     if held:
         why = held_message(decision.orders, held)
@@ -86,6 +93,12 @@ def _start(
                 Phase.LOCKED, decision.locked_message(f"contested by {writers}: {plan}")
             )
     _starts(decision, workload, drifted)
+    if decision.outcome.pre_pulled:
+        # The pre-pull charged these pulls when it started; the pods find the images on their
+        # nodes. Its helper pods are no longer needed.
+        decision.outcome.pulls = {}
+        decision.outcome.helpers_kept.clear()
+        decision.update(pre_pull=None)
     adopted = {
         n: d for n, d in _adopted_tags(decision, workload).items() if n not in decision.orders.held
     }
