@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from imagerefresh.models import PolicySpec, PolicyStatus
+from imagerefresh.offline import NodeInventory
 from imagerefresh.planner import (
     Event,
     NamespacePolicy,
@@ -23,6 +24,7 @@ from imagerefresh.planner import (
     plan_tick,
 )
 from imagerefresh.planner.evidence import SignatureOutcome
+from imagerefresh.planner.helperpod import HelperPod
 from imagerefresh.ratelimit import BudgetSnapshot, RateLimitReport
 
 from support.workloads import Json
@@ -67,6 +69,7 @@ def evidence(
     identities: Mapping[str, str] | None = None,
     error: str | None = None,
     signatures: Mapping[str, SignatureOutcome] | None = None,
+    helpers: list[Json] | None = None,
 ) -> TargetEvidence:
     return TargetEvidence(
         workload=Workload.from_api(workload) if workload is not None else None,
@@ -78,6 +81,7 @@ def evidence(
         },
         identities=identities or {},
         signatures=signatures or {},
+        helpers=tuple(HelperPod.from_api(h) for h in helpers) if helpers is not None else None,
     )
 
 
@@ -109,6 +113,8 @@ class Tick:
         self.reset: str | None = None
         self.window_override: str | None = None  # the refresh-outside-window annotation
         self.namespaces = namespaces or NamespacePolicy()
+        self.nodes: NodeInventory | None = None  # the nodes' image lists, when read
+        self.pre_pull_pods = False  # the operator may create pre-pull helper pods
 
     def input(
         self,
@@ -127,7 +133,14 @@ class Tick:
             window_override=self.window_override,
         )
         return TickInput(
-            view, targets, budgets or {}, self.now, self.namespaces, follow_up=follow_up
+            view,
+            targets,
+            budgets or {},
+            self.now,
+            self.namespaces,
+            follow_up=follow_up,
+            nodes=self.nodes,
+            pre_pull_pods=self.pre_pull_pods,
         )
 
     def run(

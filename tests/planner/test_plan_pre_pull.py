@@ -1,0 +1,455 @@
+"""prePull in the planner: the digests go onto the nodes first, the patch follows, the helper
+pods never outlive the pre-pull, and the pull budget is charged once."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from imagerefresh.models import Phase, PolicyStatus
+from imagerefresh.offline import NodeInventory, node_images
+from imagerefresh.planner.helperpod import LABEL, Placement, helper_manifest
+from imagerefresh.planner.podguard import unsafe_pod
+from imagerefresh.planner.target.prepull import PRE_PULL_POLL
+
+from support.ticks import NS, RM, Tick, budget, digest, evidence, key, spec, target
+from support.workloads import Json, daemonset, deployment, pod
+
+D0, D1, D2 = digest(0), digest(1), digest(2)
+AGENT_NS = NS
+UID = "0f1e2d3c-aaaa-bbbb-cccc-000000000001"
+HUB = "registry-1.docker.io"
+NODES = ("n1", "n2", "n3")
+PULLED = f"docker.io/tracebloc/resource-monitor@{D1}"
+WANTED = f"tracebloc/resource-monitor@{D1}"
+
+
+def agent(images: dict[str, str] | None = None, **fields: Any) -> Json:
+    obj = daemonset(
+        "agent", images or {"agent": f"{RM.split(':')[0]}@{D0}"}, namespace=NS, **fields
+    )
+    obj["apiVersion"] = "apps/v1"
+    obj["metadata"]["uid"] = UID
+    template = obj["spec"]["template"]["spec"]
+    template["tolerations"] = [{"key": "edge", "operator": "Exists", "effect": "NoSchedule"}]
+    template["imagePullSecrets"] = [{"name": "regcred"}]
+    template["hostNetwork"] = True
+    return obj
+
+
+def agent_pods(running: str = D0, nodes: tuple[str, ...] = NODES) -> list[Json]:
+    return [
+        pod(f"agent-{n}", {"agent": f"docker.io/tracebloc/resource-monitor@{running}"}, node=n)
+        for n in nodes
+    ]
+
+
+def helper(
+    node: str,
+    image: str = WANTED,
+    *,
+    pulled: bool = False,
+    waiting: str | None = None,
+    phase: str = "Pending",
+    name: str | None = None,
+) -> Json:
+    placement = Placement.from_api(agent())
+    assert placement is not None
+    obj = helper_manifest(AGENT_NS, placement, node, [image], timedelta(minutes=10))
+    obj["metadata"]["uid"] = f"uid-{node}-{image[-4:]}"
+    if name is not None:
+        obj["metadata"]["name"] = name
+    report: Json = {"name": "pull-0", "image": image, "imageID": ""}
+    if pulled:
+        digest_part = image.rsplit("@", 1)[1]
+        report["imageID"] = f"docker.io/tracebloc/resource-monitor@{digest_part}"
+        report["state"] = {"terminated": {"reason": "StartError", "exitCode": 128}}
+        phase = "Failed"
+    elif waiting is not None:
+        report["state"] = {"waiting": {"reason": waiting, "message": f"{waiting} from the node"}}
+    obj["status"] = {"phase": phase, "containerStatuses": [report]}
+    return obj
+
+
+def pre_pulling(**fields: Any) -> Tick:
+    tick = Tick(
+        spec(
+            target("agent", kind="DaemonSet", namespace=AGENT_NS, agent=RM),
+            prePull=True,
+            pullBudget={"reserve": 0},
+            **fields,
+        )
+    )
+    tick.pre_pull_pods = True
+    return tick
+
+
+AGENT = key("agent", kind="DaemonSet", namespace=AGENT_NS)
+
+
+def run(
+    tick: Tick,
+    helpers: list[Json] | None,
+    *,
+    running: str = D0,
+    resolved: str = D1,
+    advance: timedelta = timedelta(seconds=5),
+    workload: Json | None = None,
+    **kw: Any,
+) -> Any:
+    found = evidence(
+        workload or agent(), agent_pods(running), digests={"agent": resolved}, helpers=helpers
+    )
+    return tick.run({AGENT: found}, kw.pop("budgets", None), advance=advance, **kw)
+
+
+def status(tick: Tick) -> Any:
+    return tick.target("agent", kind="DaemonSet", namespace=AGENT_NS)
+
+
+def test_a_refresh_first_records_its_intent_and_creates_one_helper_per_node_never_the_patch() -> (
+    None
+):
+    tick = pre_pulling()
+    now = tick.now
+    plan = run(tick, [])
+    assert plan.patches == ()
+    assert [c.node for c in plan.pod_creates] == list(NODES)
+    target_status = status(tick)
+    assert target_status.phase is Phase.REFRESHING
+    assert "pre-pulling agent" in target_status.message
+    assert "0/3 nodes hold it" in target_status.message
+    assert target_status.pre_pull.images == {"agent": WANTED}
+    assert target_status.pre_pull.started_at == now
+    assert plan.wake_at == now + PRE_PULL_POLL
+    assert [e.reason for e in plan.events if e.reason == "PrePulling"] == ["PrePulling"]
+
+
+def test_each_helper_is_the_guarded_shape_with_the_workload_s_secrets_and_tolerations() -> None:
+    tick = pre_pulling()
+    plan = run(tick, [])
+    for create in plan.pod_creates:
+        manifest = create.manifest
+        assert unsafe_pod(manifest, create.repositories) == ()
+        assert create.repositories == frozenset({"docker.io/tracebloc/resource-monitor"})
+        spec_ = manifest["spec"]
+        assert spec_["nodeName"] == create.node
+        assert spec_["imagePullSecrets"] == [{"name": "regcred"}]
+        assert spec_["tolerations"][0]["key"] == "edge"
+        assert spec_["hostNetwork"] is True
+        assert manifest["metadata"]["labels"][LABEL] == UID
+        assert manifest["metadata"]["ownerReferences"][0]["uid"] == UID
+        assert manifest["spec"]["containers"][0]["command"] == ["/imagerefresh-pre-pull"]
+
+
+def test_the_pre_pull_s_pulls_are_charged_once_on_its_first_helper_and_never_again() -> None:
+    tick = pre_pulling()
+    first = run(tick, [])
+    assert first.pod_creates[0].pulls == (((HUB, "anonymous"), 3),)
+    assert all(c.pulls == () for c in first.pod_creates[1:])
+    # n3's helper vanished (evicted, deleted by hand): it is created again, charging nothing.
+    again = run(tick, [helper("n1"), helper("n2")])
+    assert [c.node for c in again.pod_creates] == ["n3"]
+    assert again.pod_creates[0].pulls == ()
+    assert again.pod_deletes == ()
+
+
+def test_a_restarted_operator_resumes_from_the_intent_in_status_and_charges_nothing() -> None:
+    first = pre_pulling()
+    run(first, [])
+    successor = pre_pulling()
+    successor.status, successor.now = first.status, first.now
+    plan = run(successor, [])
+    assert len(plan.pod_creates) == 3
+    assert all(c.pulls == () for c in plan.pod_creates)
+    assert [e for e in plan.events if e.reason == "PrePulling"] == []
+
+
+def test_helpers_still_pulling_are_kept_and_the_target_is_looked_at_again_within_seconds() -> None:
+    tick = pre_pulling()
+    run(tick, [])
+    now = tick.now
+    plan = run(tick, [helper("n1", pulled=True), helper("n2"), helper("n3")])
+    assert plan.patches == ()
+    assert plan.pod_creates == ()
+    assert plan.pod_deletes == ()
+    assert "1/3 nodes hold it, waiting for n2, n3" in status(tick).message
+    assert plan.wake_at == now + PRE_PULL_POLL
+
+
+def test_once_every_node_holds_the_digest_the_patch_is_sent_free_and_the_helpers_are_deleted() -> (
+    None
+):
+    tick = pre_pulling()
+    run(tick, [])
+    helpers = [helper(n, pulled=True) for n in NODES]
+    plan = run(tick, helpers)
+    (patch,) = plan.patches
+    assert patch.changes[0].image.endswith(f"@{D1}")
+    assert patch.pulls == ()  # the pre-pull paid for them
+    assert sorted(d.name for d in plan.pod_deletes) == sorted(
+        h["metadata"]["name"] for h in helpers
+    )
+    assert all(d.uid.startswith("uid-") for d in plan.pod_deletes)
+    assert status(tick).pre_pull is None
+    assert status(tick).pending is not None
+
+
+def test_a_node_whose_pull_fails_holds_the_refresh_with_the_kubelet_s_reason_and_no_helper() -> (
+    None
+):
+    tick = pre_pulling()
+    run(tick, [])
+    failing = [helper("n1", pulled=True), helper("n2", waiting="ErrImagePull"), helper("n3")]
+    plan = run(tick, failing)
+    assert plan.patches == ()
+    assert plan.pod_creates == ()
+    assert len(plan.pod_deletes) == 3
+    target_status = status(tick)
+    assert target_status.phase is Phase.WAITING
+    assert (
+        "pre-pull failed on node n2: ErrImagePull: ErrImagePull from the node"
+        in target_status.message
+    )
+    assert target_status.pre_pull.failure.node == "n2"
+    assert [e.type for e in plan.events if e.reason == "PrePullFailed"] == ["Warning"]
+    # It holds: no retry loop, no second event, no pod.
+    later = run(tick, [], advance=timedelta(minutes=15))
+    assert later.patches == ()
+    assert later.pod_creates == ()
+    assert [e for e in later.events if e.reason == "PrePullFailed"] == []
+    assert status(tick).phase is Phase.WAITING
+
+
+def test_a_failed_pre_pull_starts_afresh_after_a_reset_or_for_a_new_digest() -> None:
+    tick = pre_pulling()
+    run(tick, [])
+    run(tick, [helper("n1", waiting="ImagePullBackOff")])
+    tick.reset = "once"
+    again = run(tick, [])
+    assert len(again.pod_creates) == 3
+    assert again.pod_creates[0].pulls == (((HUB, "anonymous"), 3),)
+    other = pre_pulling()
+    run(other, [])
+    run(other, [helper("n1", waiting="ImagePullBackOff")])
+    moved = run(other, [], resolved=D2)
+    assert len(moved.pod_creates) == 3
+    assert status(other).pre_pull.images == {"agent": f"tracebloc/resource-monitor@{D2}"}
+
+
+def test_a_pre_pull_past_the_rollout_timeout_fails_naming_the_nodes_still_missing() -> None:
+    tick = pre_pulling(rolloutTimeout="1m")
+    run(tick, [], advance=timedelta(minutes=2))
+    plan = run(tick, [helper("n1", pulled=True), helper("n2"), helper("n3")])
+    assert plan.patches == ()
+    message = status(tick).message
+    assert "not pulled within the rollout timeout (1m0s); still missing on n2, n3" in message
+
+
+def test_nodes_already_holding_the_digest_need_no_helper() -> None:
+    tick = pre_pulling()
+    tick.nodes = NodeInventory(
+        dict(
+            [node_images({"metadata": {"name": "n1"}, "status": {"images": [{"names": [PULLED]}]}})]
+        )
+    )
+    plan = run(tick, [])
+    assert [c.node for c in plan.pod_creates] == ["n2", "n3"]
+    assert plan.pod_creates[0].pulls == (((HUB, "anonymous"), 2),)
+
+
+def test_a_workload_already_running_the_digest_everywhere_refreshes_without_a_pre_pull() -> None:
+    tick = pre_pulling()
+    tick.nodes = NodeInventory(
+        dict(
+            node_images({"metadata": {"name": n}, "status": {"images": [{"names": [PULLED]}]}})
+            for n in NODES
+        )
+    )
+    plan = run(tick, [])
+    assert plan.pod_creates == ()
+    (patch,) = plan.patches
+    assert patch.pulls  # no pre-pull charged it: the patch's own accounting stands
+
+
+def test_not_ready_and_cordoned_nodes_are_skipped_and_named() -> None:
+    tick = pre_pulling()
+    not_ready = {
+        "metadata": {"name": "n2"},
+        "status": {"conditions": [{"type": "Ready", "status": "False"}]},
+    }
+    cordoned = {"metadata": {"name": "n3"}, "spec": {"unschedulable": True}, "status": {}}
+    tick.nodes = NodeInventory(
+        dict(
+            node_images(n)
+            for n in (not_ready, cordoned, {"metadata": {"name": "n1"}, "status": {}})
+        )
+    )
+    plan = run(tick, [])
+    assert [c.node for c in plan.pod_creates] == ["n1"]
+    assert "skipped (not Ready, or cordoned): n2, n3" in status(tick).message
+
+
+def test_a_closed_window_starts_no_pre_pull_and_deletes_the_helpers_of_one_in_flight() -> None:
+    tick = pre_pulling()
+    run(tick, [])
+    tick.spec = tick.spec.model_copy(
+        update={
+            "windows": spec(
+                target("x", a=RM),
+                windows=[{"days": ["Sat"], "start": "02:00", "end": "03:00", "timeZone": "UTC"}],
+            ).windows
+        }
+    )
+    plan = run(tick, [helper("n1"), helper("n2")])
+    assert plan.pod_creates == ()
+    assert len(plan.pod_deletes) == 2
+    assert status(tick).pre_pull is None
+
+
+def test_an_operator_that_may_not_create_pods_holds_the_refresh_and_says_how_to_allow_it() -> None:
+    tick = pre_pulling()
+    tick.pre_pull_pods = False
+    plan = run(tick, None)
+    assert plan.patches == ()
+    assert plan.pod_creates == ()
+    target_status = status(tick)
+    assert target_status.phase is Phase.WAITING
+    assert "prePull.enabled=true" in target_status.message
+    assert [e.reason for e in plan.events if e.reason.startswith("PrePull")] == [
+        "PrePullNotAllowed"
+    ]
+
+
+def test_helper_pods_that_could_not_be_read_fail_closed_and_keep_the_intent() -> None:
+    tick = pre_pulling()
+    run(tick, [])
+    intent = status(tick).pre_pull
+    plan = run(tick, None)
+    assert plan.patches == ()
+    assert plan.pod_creates == ()
+    assert plan.pod_deletes == ()
+    assert status(tick).phase is Phase.ERROR
+    assert status(tick).pre_pull == intent
+    assert plan.degraded
+
+
+def test_a_pre_pull_the_budget_cannot_cover_is_deferred_with_no_intent_and_no_pod() -> None:
+    tick = pre_pulling()
+    plan = run(tick, [], budgets={(HUB, "anonymous"): budget(HUB, remaining=2)})
+    assert plan.pod_creates == ()
+    assert status(tick).phase is Phase.DEFERRED
+    assert status(tick).pre_pull is None
+
+
+def test_a_dry_run_pre_pulls_nothing() -> None:
+    tick = pre_pulling(dryRun=True)
+    plan = run(tick, [])
+    assert plan.pod_creates == ()
+    assert plan.patches == ()
+    assert status(tick).phase is Phase.DRIFTED
+
+
+def test_helpers_of_an_earlier_digest_or_of_a_target_no_longer_pre_pulling_are_deleted() -> None:
+    tick = pre_pulling()
+    stale = helper("n1", image=f"tracebloc/resource-monitor@{D2}")
+    plan = run(tick, [stale])
+    assert [d.name for d in plan.pod_deletes] == [stale["metadata"]["name"]]
+    assert len(plan.pod_creates) == 3
+    off = Tick(spec(target("agent", kind="DaemonSet", namespace=AGENT_NS, agent=RM)))
+    off.pre_pull_pods = True
+    plan = run(off, [helper("n1"), helper("n2")])
+    assert len(plan.pod_deletes) == 2
+    assert len(plan.patches) == 1
+
+
+def test_a_deployment_pre_pulls_onto_the_nodes_its_pods_run_on_once_each() -> None:
+    work = deployment("api", {"api": f"tracebloc/resource-monitor@{D0}"}, replicas=3)
+    work["metadata"]["uid"] = UID
+    pods = [
+        pod(f"api-{i}", {"api": f"docker.io/tracebloc/resource-monitor@{D0}"}, node=n)
+        for i, n in enumerate(("n1", "n1", "n2"))
+    ]
+    tick = Tick(spec(target("api", api=RM), prePull=True))
+    tick.pre_pull_pods = True
+    plan = tick.run({key("api"): evidence(work, pods, digests={"api": D1}, helpers=[])})
+    assert [c.node for c in plan.pod_creates] == ["n1", "n2"]
+
+
+def test_a_target_may_turn_pre_pull_off_for_itself() -> None:
+    tick = Tick(
+        spec(
+            {**target("agent", kind="DaemonSet", namespace=AGENT_NS, agent=RM), "prePull": False},
+            prePull=True,
+        )
+    )
+    tick.pre_pull_pods = True
+    plan = run(tick, [])
+    assert plan.pod_creates == ()
+    assert len(plan.patches) == 1
+
+
+def test_lockstep_members_switch_together_only_once_every_member_s_nodes_hold_the_digest() -> None:
+    members = [
+        target("agent", kind="DaemonSet", namespace=AGENT_NS, agent=RM),
+        target("agent2", kind="DaemonSet", namespace=AGENT_NS, agent=RM),
+    ]
+    tick = Tick(spec(*members, prePull=True, lockstep=True, pullBudget={"reserve": 0}))
+    tick.pre_pull_pods = True
+    second = key("agent2", kind="DaemonSet", namespace=AGENT_NS)
+    other = agent()
+    other["metadata"] = {**other["metadata"], "name": "agent2", "uid": UID + "2"}
+
+    def tick_with(first_helpers: list[Json], second_helpers: list[Json]) -> Any:
+        return tick.run(
+            {
+                AGENT: evidence(
+                    agent(), agent_pods(), digests={"agent": D1}, helpers=first_helpers
+                ),
+                second: evidence(
+                    other, agent_pods(), digests={"agent": D1}, helpers=second_helpers
+                ),
+            },
+            advance=timedelta(seconds=5),
+        )
+
+    tick_with([], [])
+    done = [helper(n, pulled=True) for n in NODES]
+    plan = tick_with(done, [])  # agent2's helpers are not even there yet
+    assert plan.patches == ()
+    assert status(tick).phase is Phase.WAITING
+    assert status(tick).pre_pull is not None  # its pre-pull holds, its helpers are kept
+    assert plan.pod_deletes == ()
+    placement = Placement.from_api(other)
+    assert placement is not None
+    second_done = []
+    for n in NODES:
+        h = helper(n, pulled=True)
+        h["metadata"]["name"] = helper_manifest(
+            AGENT_NS, placement, n, [WANTED], timedelta(minutes=10)
+        )["metadata"]["name"]
+        h["metadata"]["ownerReferences"][0]["uid"] = UID + "2"
+        second_done.append(h)
+    plan = tick_with(done, second_done)
+    assert sorted(p.target.name for p in plan.patches) == ["agent", "agent2"]
+
+
+def test_a_status_intent_naming_an_image_by_tag_is_not_read_as_ours() -> None:
+    written = {
+        "targets": [
+            {
+                "kind": "DaemonSet",
+                "namespace": AGENT_NS,
+                "name": "agent",
+                "phase": "Refreshing",
+                "prePull": {
+                    "images": {"agent": "evil/miner:latest"},
+                    "startedAt": "2026-11-29T12:00:00Z",
+                },
+            }
+        ]
+    }
+    with pytest.raises(ValueError, match="by digest"):
+        PolicyStatus.model_validate(written)
