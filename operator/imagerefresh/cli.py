@@ -523,6 +523,16 @@ def _runtime_parts(
     "--read-nodes).",
 )
 @click.option(
+    "--pre-pull-pods/--no-pre-pull-pods",
+    default=False,
+    show_default=True,
+    help="Let policies with prePull: true pull a new digest onto a workload's nodes before "
+    "switching it, with one short-lived helper pod per node. Needs pods create and delete in "
+    "the target namespaces (the chart grants them, and an admission policy that lets this "
+    "ServiceAccount create no other pod, with prePull.enabled: true); off, such policies hold "
+    "their refreshes (PrePullNotAllowed).",
+)
+@click.option(
     "--leader-elect",
     is_flag=True,
     help="Run as one candidate of several: act only while holding a coordination.k8s.io/v1 "
@@ -595,6 +605,7 @@ def run(
     read_nodes: bool,
     node_status_max_images: int,
     node_list_lifetime: float,
+    pre_pull_pods: bool,
     leader_elect: bool,
     leader_election_namespace: str | None,
     leader_election_id: str,
@@ -639,6 +650,7 @@ def run(
         read_nodes=read_nodes,
         node_status_max_images=node_status_max_images,
         node_list_lifetime=node_list_lifetime,
+        pre_pull_pods=pre_pull_pods,
         planning_delay=planning_delay,
     )
     metrics = Metrics()

@@ -40,7 +40,15 @@ from imagerefresh.kube.errors import (
     PreconditionFailed,
     ResourceConflict,
 )
-from imagerefresh.models import ConditionType, PendingPurpose, Phase, PolicyStatus, TargetStatus
+from imagerefresh.kube.pods import AlreadyExists, HelperPodApi
+from imagerefresh.models import (
+    ConditionType,
+    PendingPurpose,
+    Phase,
+    PolicyStatus,
+    PrePullFailure,
+    TargetStatus,
+)
 from imagerefresh.models.base import format_timestamp
 from imagerefresh.models.status import MAX_TEXT
 from imagerefresh.planner import (
@@ -48,11 +56,14 @@ from imagerefresh.planner import (
     ImagePatch,
     Plan,
     PolicyView,
+    TargetKey,
     UnsafePatch,
     owed_retry_at,
     reasons,
     revise_target,
 )
+from imagerefresh.planner.actions import HelperPodCreate, HelperPodDelete
+from imagerefresh.planner.podguard import UnsafePod
 from imagerefresh.runtime.events import EventRecorder
 from imagerefresh.runtime.gather import Gathered
 from imagerefresh.runtime.reads import PolicyUnreadable
@@ -90,6 +101,10 @@ class Applied:
     conflicted: list[ImagePatch] = field(default_factory=list)  # preconditions failed
     unknown: list[ImagePatch] = field(default_factory=list)  # no answer: re-read next tick
     held: list[ImagePatch] = field(default_factory=list)  # not sent: intent not recorded
+    # Pre-pull helper pods: created (or found existing), refused for good, deleted.
+    created: list[HelperPodCreate] = field(default_factory=list)
+    pods_refused: list[HelperPodCreate] = field(default_factory=list)
+    deleted: list[HelperPodDelete] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
     status_written: bool = False
 
@@ -240,6 +255,93 @@ async def _patch(
         applied.status = revise_target(view, applied.status, target, now)
 
 
+async def _create_helpers(
+    api: KubeApi, plan: Plan, gathered: Gathered, now: datetime, applied: Applied
+) -> None:
+    """Create the plan's helper pods, once the status recording their pre-pull landed. A pod
+    refused for good (the pod guard, RBAC, an admission policy) holds its pre-pull as a failed
+    one, naming what refused it; no answer is read again next tick (a second create of the
+    same name is a 409, never a second pod)."""
+    pods = HelperPodApi(api)
+    outcomes = await asyncio.gather(
+        *(asyncio.to_thread(_create, pods, create) for create in plan.pod_creates)
+    )
+    view = gathered.tick.policy
+    failed: set[TargetKey] = set()
+    for create, refusal in zip(plan.pod_creates, outcomes, strict=True):
+        if refusal is None:
+            applied.created.append(create)
+            continue
+        if refusal == _NO_ANSWER or create.target in failed:
+            continue
+        applied.pods_refused.append(create)
+        failed.add(create.target)
+        message = (
+            f"the pre-pull could not create its helper pod on node {create.node}: {refusal}. "
+            "Nothing was patched. Fix what refuses it (the chart's prePull.enabled grants pods "
+            "create; an admission policy may refuse the pod), then reset to try again: "
+            f"imagerefresh reset {view.namespace}/{view.name}"
+        )
+        planned = _target_of(applied.status, create.target)
+        intent = planned.pre_pull
+        failure = PrePullFailure(node=create.node, reason=refusal[:2_048])
+        revised = planned.model_copy(
+            update={
+                "phase": Phase.WAITING,
+                "message": message,
+                "pre_pull": intent.model_copy(update={"failure": failure}) if intent else None,
+            }
+        )
+        applied.status = revise_target(view, applied.status, revised, now)
+        applied.events.append(Event("Warning", reasons.PRE_PULL_FAILED, message, create.target))
+
+
+_NO_ANSWER = "no answer"
+
+
+def _create(pods: HelperPodApi, create: HelperPodCreate) -> str | None:
+    """None when the pod exists now; why it was refused for good; or :data:`_NO_ANSWER`."""
+    try:
+        pods.create(create)
+    except AlreadyExists:
+        return None
+    except UnsafePod as error:
+        return str(error)
+    except KubeUnavailable as error:
+        log.warning("pre-pull pod: no answer", node=create.node, error=str(error))
+        return _NO_ANSWER
+    except KubeError as error:
+        if error.status is None or not 400 <= error.status < 500:
+            log.warning("pre-pull pod: no answer", node=create.node, error=str(error))
+            return _NO_ANSWER
+        return str(error)
+    return None
+
+
+async def _delete_helpers(api: KubeApi, plan: Plan, applied: Applied) -> None:
+    """Delete the helper pods no pre-pull needs; one that fails is found again next tick."""
+    pods = HelperPodApi(api)
+
+    def delete(order: HelperPodDelete) -> bool:
+        try:
+            pods.delete(order)
+        except KubeError as error:
+            log.warning("pre-pull pod not deleted", pod=order.name, error=str(error))
+            return False
+        return True
+
+    done = await asyncio.gather(*(asyncio.to_thread(delete, d) for d in plan.pod_deletes))
+    applied.deleted += [d for d, ok in zip(plan.pod_deletes, done, strict=True) if ok]
+
+
+def _target_of(status: PolicyStatus, key: TargetKey) -> TargetStatus:
+    return next(
+        t
+        for t in status.targets
+        if (t.kind, t.namespace, t.name) == (key.kind, key.namespace, key.name)
+    )
+
+
 def _unannounce(applied: Applied, patch: ImagePatch) -> None:
     """Drop the plan's "patching …" events for a patch that did not land."""
     applied.events = [
@@ -317,18 +419,22 @@ async def apply_plan(
     """Apply ``plan`` to the cluster; returns what was done (its events are on their way)."""
     view = gathered.tick.policy
     applied = Applied(status=plan.status, events=list(plan.events))
-    if plan.patches:
+    if plan.patches or plan.pod_creates:
         intent = await asyncio.to_thread(_write_status, api, policy, plan.status)
         if intent.error is not None:
             applied.held = list(plan.patches)
             for patch in plan.patches:
                 _unannounce(applied, patch)
+            applied.events = [e for e in applied.events if e.reason != reasons.PRE_PULLING]
             applied.events.append(_not_written(view, intent.error, applied.held))
             _record_events(events, policy, gathered, applied.events)
             return applied
         policy, applied.status_written = intent.policy, intent.written
         await _patch(api, plan, gathered, now, applied)
+        await _create_helpers(api, plan, gathered, now, applied)
     outcome = await asyncio.to_thread(_write_status, api, policy, applied.status)
+    if outcome.error is None:
+        await _delete_helpers(api, plan, applied)
     applied.status_written = applied.status_written or outcome.written
     if outcome.error is not None:
         log.warning(

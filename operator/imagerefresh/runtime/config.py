@@ -58,6 +58,10 @@ class OperatorConfig:
     # Policies ticking within this many seconds of each other share one node list (a list is
     # never used once older than this).
     node_list_lifetime: float = 30.0
+    # The operator may create pre-pull helper pods (spec.prePull): off unless asked for, as it
+    # needs pods create/delete in the target namespaces. Off, a policy asking for prePull holds
+    # its refreshes (PrePullNotAllowed) rather than switching without the pull.
+    pre_pull_pods: bool = False
     # For tests only: planning spins the CPU this many seconds more, so that a test can prove
     # the event loop (the Lease, /healthz) goes on while a large policy is planned.
     planning_delay: float = 0.0

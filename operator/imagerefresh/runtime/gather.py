@@ -60,7 +60,16 @@ def _evidence(
         return TargetEvidence(
             error=read.unreadable or unreadable_message(ValueError("no workload"))
         )
-    return TargetEvidence(read.parsed, None, read.pods, digests, identities, signatures)
+    return TargetEvidence(
+        read.parsed,
+        None,
+        read.pods,
+        digests,
+        identities,
+        signatures,
+        helpers=read.helpers,
+        helpers_error=read.helpers_error,
+    )
 
 
 def assemble(
@@ -101,6 +110,7 @@ def assemble(
         found.claims,
         follow_up,
         nodes=found.nodes,
+        pre_pull_pods=config.pre_pull_pods,
     )
     return Gathered(tick, workloads, found.accounts)
 

@@ -22,9 +22,12 @@ from pydantic import ValidationError
 from imagerefresh.credentials import ANONYMOUS, Credentials, credentials_for
 from imagerefresh.kube.api import KubeApi, ReadCache
 from imagerefresh.kube.errors import KubeError
+from imagerefresh.kube.pods import HelperPodApi
 from imagerefresh.models import ContainerSpec, PolicySpec, PolicyStatus
 from imagerefresh.offline import NodeInventory
 from imagerefresh.planner import ObservedPod, PolicyView, TargetKey, Workload, in_flight
+from imagerefresh.planner.helperpod import LABEL as HELPER_LABEL
+from imagerefresh.planner.helperpod import HelperPod
 from imagerefresh.planner.windows import WINDOW_OVERRIDE_ANNOTATION
 from imagerefresh.reference import InvalidReference, parse, registry_host
 from imagerefresh.resolver import ResolutionKey
@@ -58,6 +61,9 @@ class WorkloadRead:
     workload: dict[str, Any] | None = None
     parsed: Workload | None = None
     pods: tuple[ObservedPod, ...] = ()
+    # Pre-pull helper pods found for it (owner reference and label): None when not read.
+    helpers: tuple[HelperPod, ...] | None = None
+    helpers_error: str | None = None
     secrets: list[dict[str, Credentials]] = field(default_factory=list)
     error: str | None = None
     unreadable: str | None = None  # an object the API returned that we cannot read
@@ -149,6 +155,29 @@ def _read_pods(api: KubeApi, namespace: str, reads: list[WorkloadRead]) -> None:
             read.unreadable = unreadable_message(error)
 
 
+def _read_helpers(api: KubeApi, namespace: str, reads: list[WorkloadRead]) -> None:
+    """The helper pods of each workload in ``namespace``, from one LIST by label; a pod is a
+    workload's only when its owner reference *and* its label name that workload's uid."""
+    try:
+        pods = HelperPodApi(api).list(namespace)
+    except KubeError as error:
+        for read in reads:
+            read.helpers_error = str(error)
+        return
+    for read in reads:
+        uid = ((read.workload or {}).get("metadata") or {}).get("uid")
+        read.helpers = tuple(
+            HelperPod.from_api(pod) for pod in pods if uid and _owned_helper(pod, uid)
+        )
+
+
+def _owned_helper(pod: Mapping[str, Any], uid: str) -> bool:
+    metadata = pod.get("metadata") or {}
+    owners = metadata.get("ownerReferences") or ()
+    labelled = (metadata.get("labels") or {}).get(HELPER_LABEL) == uid
+    return labelled and any(isinstance(o, dict) and o.get("uid") == uid for o in owners)
+
+
 def unreadable_message(error: Exception) -> str:
     return f"the API returned an object we cannot read: {error!r}"
 
@@ -177,7 +206,11 @@ def _reduced(read: WorkloadRead) -> WorkloadRead:
 
 
 async def _read_all(
-    api: KubeApi, keys: list[TargetKey], concurrency: int, shared: ReadCache | None
+    api: KubeApi,
+    keys: list[TargetKey],
+    concurrency: int,
+    shared: ReadCache | None,
+    pre_pull_pods: bool = False,
 ) -> dict[TargetKey, WorkloadRead]:
     """Every target's workload, then (concurrently) its pods and pull secrets.
 
@@ -199,8 +232,10 @@ async def _read_all(
     by_namespace: dict[str, list[WorkloadRead]] = {}
     for key, read in present.items():
         by_namespace.setdefault(key.namespace, []).append(read)
+    helpers = by_namespace.items() if pre_pull_pods else ()
     await asyncio.gather(
         *(bounded(_read_pods, namespace, group) for namespace, group in by_namespace.items()),
+        *(bounded(_read_helpers, namespace, group) for namespace, group in helpers),
         *(bounded(_read_secrets, key, read, cache) for key, read in present.items()),
     )
     return {key: _reduced(read) for key, read in reads.items()}
@@ -284,7 +319,11 @@ async def read_targets(
         flying = in_flight(spec, view.status, view.namespace).workloads
         reachable = [k for k in reachable if k in flying]
     workloads = _read_all(
-        api, reachable, config.kube_concurrency, None if asked_at is not None else shared_reads
+        api,
+        reachable,
+        config.kube_concurrency,
+        None if asked_at is not None else shared_reads,
+        config.pre_pull_pods and not follow_up,
     )
     if nodes is not None and nodes.enabled and reachable:
         found.reads, found.nodes = await asyncio.gather(workloads, nodes.current(asked_at))

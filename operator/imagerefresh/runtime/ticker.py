@@ -32,6 +32,7 @@ from imagerefresh.planner import (
     plan_tick,
     reasons,
 )
+from imagerefresh.planner.actions import HelperPodCreate
 from imagerefresh.ratelimit import RateLimitLedger, Reservation
 from imagerefresh.resolver import SharedResolver
 from imagerefresh.runtime.answers import Digests, Signatures, resolve_digests, verify_signatures
@@ -264,7 +265,7 @@ class PolicyTicker:
         )
         plan, reservations, planning = await self._plan(gathered)
         applied = await apply_plan(plan, policy, gathered, self.api, now, self.events)
-        landed = {*applied.patched, *applied.unknown}
+        landed = {*applied.patched, *applied.unknown, *applied.created}
         for patch, held in reservations:
             if patch not in landed:
                 self.ledger.release(held)  # that refresh never happened: its pulls are free
@@ -281,7 +282,7 @@ class PolicyTicker:
 
     async def _plan(
         self, gathered: Gathered
-    ) -> tuple[Plan, list[tuple[ImagePatch, Reservation]], float]:
+    ) -> tuple[Plan, list[tuple[ImagePatch | HelperPodCreate, Reservation]], float]:
         """Plan on the budget as it is now, and reserve the pulls of the refreshes planned —
         before any other tick reads the budget; and how long planning took (seconds)."""
         async with self._budget:
@@ -299,8 +300,11 @@ class PolicyTicker:
                 pass
         return plan_tick(tick)
 
-    def _reserve(self, plan: Plan, gathered: Gathered) -> list[tuple[ImagePatch, Reservation]]:
-        """Reserve each refresh's pulls until its rollout's progress deadline has passed."""
+    def _reserve(
+        self, plan: Plan, gathered: Gathered
+    ) -> list[tuple[ImagePatch | HelperPodCreate, Reservation]]:
+        """Reserve each refresh's (and pre-pull's) pulls until its progress deadline has
+        passed."""
         view = gathered.tick.policy
         timeouts = {
             view.target_key(index): (target.rollout_timeout or view.spec.rollout_timeout)
@@ -308,7 +312,8 @@ class PolicyTicker:
         }
         wall = time.time()
         held = []
-        for patch in plan.patches:
+        charged: list[ImagePatch | HelperPodCreate] = [*plan.patches, *plan.pod_creates]
+        for patch in charged:
             settles_in = timeouts.get(patch.target, view.spec.rollout_timeout).total_seconds()
             for (host, identity), pulls in patch.pulls:
                 account = gathered.accounts.get((host, identity), identity)
