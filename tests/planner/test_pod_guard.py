@@ -38,6 +38,10 @@ MUTATIONS: dict[str, tuple[Callable[[Pod], None], str]] = {
         lambda p: container(p).update(image="tracebloc/resource-monitor:prod"),
         "not an image by digest",
     ),
+    "a tag beside the digest": (
+        lambda p: container(p).update(image=f"tracebloc/resource-monitor:prod@{D}"),
+        "not an image by digest",
+    ),
     "another repository": (
         lambda p: container(p).update(image=f"evil/miner@{D}"),
         "not a tracked repository",

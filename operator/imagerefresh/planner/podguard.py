@@ -173,8 +173,8 @@ def _container(
         reference = parse(image) if isinstance(image, str) else None
     except InvalidReference:
         reference = None
-    if reference is None or reference.digest is None:
-        problems.append(f"container {name}: {image!r} is not an image by digest")
+    if reference is None or reference.digest is None or reference.tag is not None:
+        problems.append(f"container {name}: {image!r} is not an image by digest alone")
     elif reference.repository not in repositories:
         problems.append(
             f"container {name}: {reference.repository} is not a tracked repository of the target"

@@ -1,0 +1,214 @@
+"""prePull on the real API server, via `imagerefresh run --pre-pull-pods` (kwok nodes).
+
+kwok's kubelet reports a container by digest as pulled at once (its image ID), so here the
+helper pods prove their nodes at once; what a real kubelet does with them (the pull, the start
+that fails, a pull it refuses) is the real node's to prove (tests/e2e/test_real_node.py). What
+this proves is the shell: the intent in status before the first pod, one pod per node with the
+workload's owner reference and label, the DaemonSet patched only after its helpers were
+created, every helper deleted afterwards — also one a crashed operator left behind — and a pod
+that merely carries the label never touched.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from support.cluster_env import Cluster, eventually
+from support.operator_env import Operator, kwok_pod_template, running_operator
+from support.registry_env import ImagePusher
+from support.scenario import event_reasons, policy, target, target_status
+
+pytestmark = pytest.mark.cluster
+
+PREFIX = "imagerefresh-prepull-"
+LABEL = "images.tracebloc.io/pre-pull"
+
+
+@pytest.fixture(scope="module")
+def pre_puller(
+    crd_installed: Cluster, registry: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Operator]:
+    log = tmp_path_factory.mktemp("operator") / "operator.log"
+    with running_operator(crd_installed, registry, log, extra_args=("--pre-pull-pods",)) as op:
+        yield op
+
+
+def agents(cluster: Cluster, ns: str, image: str) -> dict[str, Any]:
+    """DaemonSet `agents` on every kwok node, rolled out; the object as the API server has it."""
+    cluster.apply(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": {"name": "agents"},
+            "spec": {
+                "selector": {"matchLabels": {"app": "agents"}},
+                "template": kwok_pod_template({"agent": image}, None, {"app": "agents"}),
+            },
+        },
+        namespace=ns,
+    )
+    cluster.kubectl("rollout", "status", "-n", ns, "daemonset/agents", "--timeout=90s")
+    return cluster.get("daemonset", "agents", "-n", ns)
+
+
+def helper_pods(cluster: Cluster, ns: str) -> list[dict[str, Any]]:
+    pods = cluster.get("pods", "-n", ns)["items"]
+    return [p for p in pods if p["metadata"]["name"].startswith(PREFIX)]
+
+
+def template_image(cluster: Cluster, ns: str) -> str:
+    obj = cluster.get("daemonset", "agents", "-n", ns)
+    return str(obj["spec"]["template"]["spec"]["containers"][0]["image"])
+
+
+def writes(cluster: Cluster, ns: str) -> list[tuple[str, str, str]]:
+    """(verb, resource, name) of the helper-pod and DaemonSet writes in ``ns`` the API server
+    answered with success, in the order it completed them (its audit log)."""
+    assert cluster.audit_log is not None
+    found = []
+    for line in cluster.audit_log.read_text().splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        ref = event.get("objectRef") or {}
+        code = int((event.get("responseStatus") or {}).get("code") or 0)
+        if event.get("stage") != "ResponseComplete" or ref.get("namespace") != ns:
+            continue
+        if not 200 <= code < 300 or event.get("verb") not in ("create", "patch", "delete"):
+            continue
+        name, resource = ref.get("name", ""), ref.get("resource", "")
+        workload = resource == "daemonsets" and not ref.get("subresource")
+        if workload or (resource == "pods" and (name or "").startswith(PREFIX)):
+            found.append((event["verb"], resource, name))
+    return found
+
+
+def test_a_daemonset_is_patched_only_after_a_helper_pod_per_node_and_none_is_left(
+    pre_puller: Operator, cluster: Cluster, pusher: ImagePusher, policy_namespace: str
+) -> None:
+    ns, reg = policy_namespace, pre_puller.registry
+    old = pusher.push(f"{ns}/agent", "prod", seed=f"pre-old-{secrets.token_hex(3)}")
+    workload = agents(cluster, ns, f"{reg}/{ns}/agent@{old.digest}")
+    scheduled = workload["status"]["desiredNumberScheduled"]
+    new = pusher.push(f"{ns}/agent", "prod", seed=f"pre-new-{secrets.token_hex(3)}")
+    cluster.apply(
+        policy(
+            "control-plane",
+            target("agents", "DaemonSet", agent=f"{reg}/{ns}/agent:prod"),
+            prePull=True,
+        ),
+        namespace=ns,
+    )
+    pinned = f"{reg}/{ns}/agent@{new.digest}"
+
+    def switched() -> bool | None:
+        return template_image(cluster, ns) == pinned or None
+
+    eventually(switched, timeout=90, what="the DaemonSet pinned after its pre-pull", interval=1)
+    eventually(
+        lambda: helper_pods(cluster, ns) == [] or None,
+        timeout=60,
+        what="every helper pod deleted",
+        interval=1,
+    )
+    order = writes(cluster, ns)
+    creates = [name for verb, resource, name in order if (verb, resource) == ("create", "pods")]
+    deletes = [name for verb, resource, name in order if (verb, resource) == ("delete", "pods")]
+    (patch_at,) = [
+        i for i, (verb, res, _) in enumerate(order) if (verb, res) == ("patch", "daemonsets")
+    ]
+    assert len(set(creates)) == scheduled  # one helper per node
+    assert all(order.index(("create", "pods", name)) < patch_at for name in creates)
+    assert sorted(set(deletes)) == sorted(set(creates))
+    assert all(order.index(("delete", "pods", name)) > patch_at for name in deletes)
+    assert "PrePulling" in event_reasons(cluster, ns, "agents", "PrePulling", "Refreshed")
+    assert target_status(cluster, ns, "agents").get("prePull") is None
+
+
+def test_a_helper_a_crashed_operator_left_is_deleted_and_a_pod_that_only_wears_the_label_is_not(
+    pre_puller: Operator, cluster: Cluster, pusher: ImagePusher, policy_namespace: str
+) -> None:
+    ns, reg = policy_namespace, pre_puller.registry
+    current = pusher.push(f"{ns}/agent", "prod", seed=f"pre-left-{secrets.token_hex(3)}")
+    image = f"{reg}/{ns}/agent@{current.digest}"
+    workload = agents(cluster, ns, image)
+    uid, node = workload["metadata"]["uid"], None
+    node = next(
+        p["spec"]["nodeName"] for p in cluster.get("pods", "-n", ns, "-l", "app=agents")["items"]
+    )
+
+    def pod(name: str, owned: bool) -> dict[str, Any]:
+        obj: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "labels": {LABEL: uid}},
+            "spec": {
+                "nodeName": node,
+                "restartPolicy": "Never",
+                "tolerations": kwok_pod_template({})["spec"]["tolerations"],
+                "containers": [{"name": "pull-0", "image": image, "command": ["/x"]}],
+            },
+        }
+        if owned:
+            obj["metadata"]["ownerReferences"] = [
+                {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "agents", "uid": uid}
+            ]
+        return obj
+
+    cluster.apply(
+        pod(f"{PREFIX}left-behind", True), pod(f"{PREFIX}wears-the-label", False), namespace=ns
+    )
+    cluster.apply(
+        policy(
+            "control-plane",
+            target("agents", "DaemonSet", agent=f"{reg}/{ns}/agent:prod"),
+            prePull=True,
+        ),
+        namespace=ns,
+    )
+    pre_puller.tick(ns, "control-plane")
+    eventually(
+        lambda: (
+            [p["metadata"]["name"] for p in helper_pods(cluster, ns)]
+            == [f"{PREFIX}wears-the-label"]
+            or None
+        ),
+        timeout=60,
+        what="the left-behind helper deleted, the labelled stranger kept",
+        interval=1,
+    )
+    assert target_status(cluster, ns, "agents")["phase"] == "Current"
+
+
+def test_an_operator_that_may_not_create_pods_holds_a_pre_pull_refresh_and_says_so(
+    operator: Operator, cluster: Cluster, pusher: ImagePusher, policy_namespace: str
+) -> None:
+    ns, reg = policy_namespace, operator.registry
+    old = pusher.push(f"{ns}/agent", "prod", seed=f"pre-no-{secrets.token_hex(3)}")
+    agents(cluster, ns, f"{reg}/{ns}/agent@{old.digest}")
+    pusher.push(f"{ns}/agent", "prod", seed=f"pre-no-new-{secrets.token_hex(3)}")
+    cluster.apply(
+        policy(
+            "control-plane",
+            target("agents", "DaemonSet", agent=f"{reg}/{ns}/agent:prod"),
+            prePull=True,
+        ),
+        namespace=ns,
+    )
+    operator.tick(ns, "control-plane")
+
+    def held() -> dict[str, Any] | None:
+        found = target_status(cluster, ns, "agents")
+        return found if found["phase"] == "Waiting" else None
+
+    found = eventually(held, timeout=60, what="the refresh held", interval=1)
+    assert "prePull.enabled=true" in found["message"]
+    assert template_image(cluster, ns) == f"{reg}/{ns}/agent@{old.digest}"
+    assert helper_pods(cluster, ns) == []
+    assert "PrePullNotAllowed" in event_reasons(cluster, ns, "agents", "PrePullNotAllowed")
