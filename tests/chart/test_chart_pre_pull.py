@@ -14,6 +14,7 @@ import copy
 import json
 import re
 import secrets
+import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,12 +50,12 @@ class Fenced:
     def identity(self) -> str:
         return f"system:serviceaccount:{self.namespace}:{FULLNAME}"
 
-    def as_operator(self, *args: str, input: str | None = None) -> Any:
+    def as_operator(self, *args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
         return self.cluster.kubectl(
             "--kubeconfig", str(self.kubeconfig), *args, input=input, check=False
         )
 
-    def create_as_operator(self, pod: dict[str, Any]) -> Any:
+    def create_as_operator(self, pod: dict[str, Any]) -> subprocess.CompletedProcess[str]:
         return self.as_operator("create", "-n", self.namespace, "-f", "-", input=json.dumps(pod))
 
     def helper(self) -> dict[str, Any]:
@@ -194,7 +195,9 @@ def test_pre_pull_grants_the_operator_pod_create_and_delete_in_its_namespace_onl
     for verb in ("update", "patch", "deletecollection", "get", "watch"):
         assert not allowed(verb, "pods", "-n", fenced.namespace), verb
     assert not allowed("create", "pods", "--subresource=exec", "-n", fenced.namespace)
-    assert not allowed("create", "pods", "--subresource=ephemeralcontainers", "-n", fenced.namespace)
+    assert not allowed(
+        "create", "pods", "--subresource=ephemeralcontainers", "-n", fenced.namespace
+    )
     args = fenced.cluster.get("deployment", FULLNAME, "-n", fenced.namespace)["spec"]["template"][
         "spec"
     ]["containers"][0]["args"]
@@ -389,13 +392,17 @@ def test_pre_pull_fence_lets_the_operator_delete_helper_pods_only(fenced: Fenced
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {"name": "someone-elses"},
-            "spec": {"nodeName": NODE, "containers": [{"name": "app", "image": "example.test/a:1"}]},
+            "spec": {
+                "nodeName": NODE,
+                "containers": [{"name": "app", "image": "example.test/a:1"}],
+            },
         },
         namespace=ns,
     )
     refused = fenced.as_operator("delete", "pod", "someone-elses", "-n", ns, "--wait=false")
     assert refused.returncode != 0
-    assert FENCE in refused.stderr and "named imagerefresh-prepull-" in refused.stderr
+    assert FENCE in refused.stderr
+    assert "named imagerefresh-prepull-" in refused.stderr
     assert cluster.get("pod", "someone-elses", "-n", ns)["metadata"]["name"] == "someone-elses"
     cluster.kubectl("delete", "pod", "someone-elses", "-n", ns, "--wait=false")
 
@@ -416,7 +423,11 @@ def test_pre_pull_fence_does_not_look_at_other_users_pods(fenced: Fenced) -> Non
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "RoleBinding",
             "metadata": {"name": "pod-maker"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pod-maker"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": "pod-maker",
+            },
             "subjects": [{"kind": "ServiceAccount", "name": "pod-maker", "namespace": ns}],
         },
         namespace=ns,
@@ -458,7 +469,7 @@ def test_without_pre_pull_the_operator_cannot_create_pods_and_no_fence_is_instal
                 "get", kind, f"{namespace}-{FULLNAME}-pre-pull", "--ignore-not-found", "-o", "name"
             )
             assert found.stdout.strip() == "", found.stdout
-        deployment = cluster.get("deployment", FULLNAME, "-n", namespace)
-        assert "--pre-pull-pods" not in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        pod = cluster.get("deployment", FULLNAME, "-n", namespace)["spec"]["template"]["spec"]
+        assert "--pre-pull-pods" not in pod["containers"][0]["args"]
     finally:
         drop_namespace(cluster, namespace)
