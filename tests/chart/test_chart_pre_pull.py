@@ -361,6 +361,15 @@ BAD_SHAPES: dict[str, tuple[Mutation, str]] = {
         _set("spec.securityContext.seccompProfile", {"type": "Unconfined"}),
         "seccompProfile RuntimeDefault",
     ),
+    "service-links": (_set("spec.enableServiceLinks", True), "enableServiceLinks false"),
+    "a-sysctl": (
+        _set("spec.securityContext.sysctls", [{"name": "kernel.shm_rmid_forced", "value": "1"}]),
+        "securityContext is exactly",
+    ),
+    "a-container-as-root": (
+        _set("spec.containers.0.securityContext.runAsUser", 0),
+        "nothing privileged or added",
+    ),
     "another-container-name": (_set("spec.containers.0.name", "agent"), "named pull-0"),
     "pull-always": (_set("spec.containers.0.imagePullPolicy", "Always"), "IfNotPresent"),
     "seventeen-containers": (
@@ -382,6 +391,27 @@ def test_pre_pull_fence_refuses_every_other_shape_with_its_message(
     assert "ValidatingAdmissionPolicy" in refused.stderr, refused.stderr
     assert FENCE in refused.stderr, refused.stderr
     assert expected in refused.stderr, refused.stderr
+
+
+def test_pre_pull_fence_refuses_a_runtime_class(fenced: Fenced) -> None:
+    """(The RuntimeClass admission plugin refuses a class that does not exist, first.)"""
+    name = f"imagerefresh-test-{secrets.token_hex(3)}"
+    fenced.cluster.apply(
+        {
+            "apiVersion": "node.k8s.io/v1",
+            "kind": "RuntimeClass",
+            "metadata": {"name": name},
+            "handler": "runc",
+        }
+    )
+    try:
+        pod = fenced.helper()
+        pod["spec"]["runtimeClassName"] = name
+        refused = fenced.create_as_operator(pod)
+        assert refused.returncode != 0
+        assert f"{FENCE} a helper pod names no runtimeClassName" in refused.stderr, refused.stderr
+    finally:
+        fenced.cluster.kubectl("delete", "runtimeclass", name, "--ignore-not-found")
 
 
 def test_pre_pull_fence_lets_the_operator_delete_helper_pods_only(fenced: Fenced) -> None:
