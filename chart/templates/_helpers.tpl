@@ -242,6 +242,14 @@ are target rules unless scoped.
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["list"]
+{{- if $root.Values.prePull.enabled }}
+# Pre-pull helper pods (prePull.enabled): one per node, deleted once it proved the pull. A create
+# cannot be scoped by name; the ValidatingAdmissionPolicy <release namespace>-<fullname>-pre-pull
+# admits only the helpers' shape, and deletes of the helpers only.
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["create", "delete"]
+{{- end }}
 # The pod template's service account: its imagePullSecrets when the template names none.
 - apiGroups: [""]
   resources: ["serviceaccounts"]

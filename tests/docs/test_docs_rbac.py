@@ -18,9 +18,10 @@ from support.docs import DOCS, code_spans, first_code, tables_with
 from support.helm_env import CHART, KUBE_VERSION, helm
 
 # Every optional object on: two replicas (the disruption budget), the Lease, monitoring, a
-# second target namespace, node reads; then the cluster-wide variant.
+# second target namespace, node reads, the pre-pull fence; then the cluster-wide variant.
 EVERYTHING: dict[str, Any] = {
     "replicaCount": 2,
+    "prePull": {"enabled": True},
     "allowNamespacePairs": [{"policyNamespace": "edge", "targetNamespace": "edge-agents"}],
     "metrics": {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}},
     "offline": {"readNodes": True},
