@@ -71,7 +71,7 @@ def helper_pod(owner_uid: str, containers: int = 1) -> dict[str, Any]:
             "name": f"imagerefresh-prepull-{secrets.token_hex(5)}",
             "labels": {
                 "app.kubernetes.io/managed-by": "imagerefresh",
-                "imagerefresh.io/pre-pull": owner_uid,
+                "images.tracebloc.io/pre-pull": owner_uid,
             },
             "ownerReferences": [
                 {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "agent", "uid": owner_uid}
@@ -317,8 +317,8 @@ BAD_SHAPES: dict[str, tuple[Mutation, str]] = {
         "exactly one ownerReference",
     ),
     "no-pre-pull-label": (
-        lambda pod: pod["metadata"]["labels"].pop("imagerefresh.io/pre-pull"),
-        "imagerefresh.io/pre-pull=<the workload's uid>",
+        lambda pod: pod["metadata"]["labels"].pop("images.tracebloc.io/pre-pull"),
+        "images.tracebloc.io/pre-pull=<the workload's uid>",
     ),
     "no-managed-by-label": (
         lambda pod: pod["metadata"]["labels"].pop("app.kubernetes.io/managed-by"),

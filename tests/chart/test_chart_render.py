@@ -444,20 +444,6 @@ def test_all_namespaces_renders_the_flag_instead_of_namespaces() -> None:
     assert not [a for a in args if a.startswith("--namespace")]
 
 
-# Flags the chart renders before `imagerefresh run` has them: `--pre-pull-pods` (prePull.enabled)
-# comes with the operator's pre-pull helpers, on another branch. The test below fails once the
-# command line has the flag, so that it leaves this set and is parsed like every other.
-AHEAD_OF_THE_CLI = frozenset({"--pre-pull-pods"})
-
-
-def test_flags_the_chart_renders_ahead_of_the_command_line_are_still_missing_from_it() -> None:
-    known = {opt for param in run_command.params for opt in param.opts}
-    assert not AHEAD_OF_THE_CLI & known, (
-        f"imagerefresh run now has {sorted(AHEAD_OF_THE_CLI & known)}: remove them from "
-        "AHEAD_OF_THE_CLI so the chart's args are parsed with them"
-    )
-
-
 @pytest.mark.parametrize("profile", sorted(PROFILES))
 def test_rendered_args_and_env_are_accepted_by_the_real_command_line(
     profile: str, monkeypatch: pytest.MonkeyPatch
@@ -465,7 +451,7 @@ def test_rendered_args_and_env_are_accepted_by_the_real_command_line(
     """The image's entrypoint is `imagerefresh run`: the args must parse as run's options, and
     the log settings (global options, before `run`) must be taken from the environment."""
     c = operator_container(render(PROFILES[profile]))
-    args = [a for a in c["args"] if a not in AHEAD_OF_THE_CLI]
+    args = c["args"]
     with run_command.make_context("run", args) as ctx:
         assert ctx.params["scanning"] is False
         elect = PROFILES[profile].get("leaderElection", {}).get("enabled", True)
