@@ -11,82 +11,47 @@ that merely carries the label never touched.
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import secrets
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from support.accounts import audited_kubeconfig, audited_writes
 from support.cluster_env import Cluster, eventually
 from support.operator_env import Operator, kwok_pod_template, running_operator
+from support.prepull import LABEL, PREFIX, agents, helper_pods, template_image
 from support.registry_env import ImagePusher
 from support.scenario import event_reasons, policy, target, target_status
 
 pytestmark = pytest.mark.cluster
 
-PREFIX = "imagerefresh-prepull-"
-LABEL = "images.tracebloc.io/pre-pull"
+ACCOUNT = "pre-puller"  # the operator's identity: the API server audits its writes
 
 
 @pytest.fixture(scope="module")
 def pre_puller(
     crd_installed: Cluster, registry: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Operator]:
-    log = tmp_path_factory.mktemp("operator") / "operator.log"
-    with running_operator(crd_installed, registry, log, extra_args=("--pre-pull-pods",)) as op:
+    directory = tmp_path_factory.mktemp("operator")
+    kubeconfig = audited_kubeconfig(crd_installed, ACCOUNT, directory / ACCOUNT)
+    audited = dataclasses.replace(crd_installed, kubeconfig=str(kubeconfig))
+    log = directory / "operator.log"
+    with running_operator(audited, registry, log, extra_args=("--pre-pull-pods",)) as op:
         yield op
 
 
-def agents(cluster: Cluster, ns: str, image: str) -> dict[str, Any]:
-    """DaemonSet `agents` on every kwok node, rolled out; the object as the API server has it."""
-    cluster.apply(
-        {
-            "apiVersion": "apps/v1",
-            "kind": "DaemonSet",
-            "metadata": {"name": "agents"},
-            "spec": {
-                "selector": {"matchLabels": {"app": "agents"}},
-                "template": kwok_pod_template({"agent": image}, None, {"app": "agents"}),
-            },
-        },
-        namespace=ns,
-    )
-    cluster.kubectl("rollout", "status", "-n", ns, "daemonset/agents", "--timeout=90s")
-    return cluster.get("daemonset", "agents", "-n", ns)
-
-
-def helper_pods(cluster: Cluster, ns: str) -> list[dict[str, Any]]:
-    pods = cluster.get("pods", "-n", ns)["items"]
-    return [p for p in pods if p["metadata"]["name"].startswith(PREFIX)]
-
-
-def template_image(cluster: Cluster, ns: str) -> str:
-    obj = cluster.get("daemonset", "agents", "-n", ns)
-    return str(obj["spec"]["template"]["spec"]["containers"][0]["image"])
-
-
 def writes(cluster: Cluster, ns: str) -> list[tuple[str, str, str]]:
-    """(verb, resource, name) of the helper-pod and DaemonSet writes in ``ns`` the API server
-    answered with success, in the order it completed them (its audit log)."""
-    assert cluster.audit_log is not None
-    found = []
-    for line in cluster.audit_log.read_text().splitlines():
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        ref = event.get("objectRef") or {}
-        code = int((event.get("responseStatus") or {}).get("code") or 0)
-        if event.get("stage") != "ResponseComplete" or ref.get("namespace") != ns:
-            continue
-        if not 200 <= code < 300 or event.get("verb") not in ("create", "patch", "delete"):
-            continue
-        name, resource = ref.get("name", ""), ref.get("resource", "")
-        workload = resource == "daemonsets" and not ref.get("subresource")
-        if workload or (resource == "pods" and (name or "").startswith(PREFIX)):
-            found.append((event["verb"], resource, name))
-    return found
+    """(verb, resource, name) of the operator's successful writes of helper pods and of the
+    DaemonSet in ``ns``, in the order the API server completed them (its audit log)."""
+    return [
+        (w.verb, w.resource, w.name)
+        for w in audited_writes(cluster, ACCOUNT)
+        if w.succeeded
+        and w.namespace == ns
+        and (w.resource == "daemonsets" or w.name.startswith(PREFIX))
+    ]
 
 
 def test_a_daemonset_is_patched_only_after_a_helper_pod_per_node_and_none_is_left(
@@ -106,6 +71,7 @@ def test_a_daemonset_is_patched_only_after_a_helper_pod_per_node_and_none_is_lef
         namespace=ns,
     )
     pinned = f"{reg}/{ns}/agent@{new.digest}"
+    pre_puller.tick(ns, "control-plane")
 
     def switched() -> bool | None:
         return template_image(cluster, ns) == pinned or None
@@ -184,31 +150,3 @@ def test_a_helper_a_crashed_operator_left_is_deleted_and_a_pod_that_only_wears_t
         interval=1,
     )
     assert target_status(cluster, ns, "agents")["phase"] == "Current"
-
-
-def test_an_operator_that_may_not_create_pods_holds_a_pre_pull_refresh_and_says_so(
-    operator: Operator, cluster: Cluster, pusher: ImagePusher, policy_namespace: str
-) -> None:
-    ns, reg = policy_namespace, operator.registry
-    old = pusher.push(f"{ns}/agent", "prod", seed=f"pre-no-{secrets.token_hex(3)}")
-    agents(cluster, ns, f"{reg}/{ns}/agent@{old.digest}")
-    pusher.push(f"{ns}/agent", "prod", seed=f"pre-no-new-{secrets.token_hex(3)}")
-    cluster.apply(
-        policy(
-            "control-plane",
-            target("agents", "DaemonSet", agent=f"{reg}/{ns}/agent:prod"),
-            prePull=True,
-        ),
-        namespace=ns,
-    )
-    operator.tick(ns, "control-plane")
-
-    def held() -> dict[str, Any] | None:
-        found = target_status(cluster, ns, "agents")
-        return found if found["phase"] == "Waiting" else None
-
-    found = eventually(held, timeout=60, what="the refresh held", interval=1)
-    assert "prePull.enabled=true" in found["message"]
-    assert template_image(cluster, ns) == f"{reg}/{ns}/agent@{old.digest}"
-    assert helper_pods(cluster, ns) == []
-    assert "PrePullNotAllowed" in event_reasons(cluster, ns, "agents", "PrePullNotAllowed")
