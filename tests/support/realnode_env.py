@@ -10,8 +10,13 @@ is read from the API server. A cluster without the node is a failure, never a sk
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,6 +56,17 @@ class RealNode:
             check=False,
         )
         assert done.returncode == 0, f"e2e/local restart containerd failed:\n{done.stderr}"
+
+    @contextlib.contextmanager
+    def containerd_paused(self) -> Iterator[None]:
+        """containerd frozen (SIGSTOP): the kubelet's calls to it wait, so nothing is pulled or
+        started until it is thawed (SIGCONT) — a node stuck mid-pull, on demand."""
+        pid = int(json.loads((self.state / "run" / "containerd.json").read_text())["pid"])
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            os.kill(pid, signal.SIGCONT)
 
     def ctr(self, *args: str) -> str:
         """containerd's own client, on the node's socket (the k8s.io namespace)."""
@@ -102,6 +118,18 @@ class RealNode:
                     {"name": f"host-{i}", "hostPath": {"path": host, "type": "Directory"}}
                     for i, host in enumerate((volumes or {}).keys())
                 ],
+            },
+        }
+
+    def daemonset(self, name: str, image: str, **template: Any) -> dict[str, Any]:
+        """A DaemonSet ``name`` (container ``app``) on this node alone."""
+        return {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": {"name": name},
+            "spec": {
+                "selector": {"matchLabels": {"app": name}},
+                "template": self.template({"app": image}, labels={"app": name}, **template),
             },
         }
 
