@@ -37,6 +37,7 @@ import httpx
 import image as image_rows
 import kubernetes.client
 import planning
+import pre_pull
 import real_node
 import signing_cost
 from apiserver import ApiWindow, Cost
@@ -267,6 +268,8 @@ class Bench:
                 # Offline evidence from the nodes' image lists, as an SRE who enables it runs:
                 # its cost shows in the API rows (one LIST nodes per round at most).
                 "--read-nodes",
+                # Helper pods for the prePull rows (the bench's policies ask for it there only).
+                "--pre-pull-pods",
                 *(("--insecure-registry", self.referrers.host) if self.referrers else ()),
             ),
         )
@@ -420,7 +423,7 @@ class Bench:
             "--timeout=60s",
             "crd/imagerefreshpolicies.images.tracebloc.io",
         )
-        watched = [EDGE_CP, EDGE_AGENTS, real_node.NAMESPACE]
+        watched = [EDGE_CP, EDGE_AGENTS, real_node.NAMESPACE, pre_pull.NAMESPACE]
         if "signatures" not in self.config.skip:
             watched.append(signing_cost.NAMESPACE)
             (self.config.logs / "referrers").mkdir()
@@ -528,6 +531,11 @@ class Bench:
         )
         for figure, measured, kwok in rows:
             self.table.add("5 latency, real node", figure, measured, "", f"kwok {kwok}")
+        for figure, with_pre_pull, without, target, met in pre_pull.measure(
+            self.client, node, self.pusher, self.triggers.bump, self.config.changes
+        ):
+            baseline = f"without prePull {without}"
+            self.table.add("5 latency, real node", figure, with_pre_pull, target, baseline, ok=met)
 
     def signatures(self) -> None:
         """Row 9: the registry requests spec.verify adds, per build and per tick."""
