@@ -121,6 +121,7 @@ def test_the_new_build_is_on_the_node_before_the_daemonset_switches_and_no_helpe
     assert all("already present on machine" in line for line in said), said
     no_helpers_left(cluster, ns)
     assert target_status(cluster, ns, "agent").get("prePull") is None
+    assert "tick failed unexpectedly" not in pre_puller.log()  # every tick ran to its end
 
 
 def test_a_build_the_node_cannot_pull_holds_the_refresh_and_never_touches_the_daemonset(

@@ -169,6 +169,52 @@ async def test_without_a_recorded_intent_no_patch_is_sent(
     assert "StatusNotWritten" in _reasons(cluster, ns, POLICY)
 
 
+async def test_without_a_recorded_pre_pull_intent_no_helper_pod_is_created(
+    crd_installed: Cluster,
+    registry: str,
+    pusher: ImagePusher,
+    policy_namespace: str,
+    deny: Any,
+) -> None:
+    cluster, ns = crd_installed, policy_namespace
+    old = pusher.push(f"{ns}/app", "prod", seed=f"{ns}-pre-old").digest
+    deployment_with_policy(
+        cluster, ns, f"{registry}/{ns}/app@{old}", tracked=f"{registry}/{ns}/app:prod"
+    )
+    cluster.kubectl(
+        "patch", "irp", POLICY, "-n", ns, "--type=merge", "-p", '{"spec": {"prePull": true}}'
+    )
+    pusher.push(f"{ns}/app", "prod", seed=f"{ns}-pre-new")
+    deny(f"freeze-status-{ns}", ns, "imagerefreshpolicies/status", "images.tracebloc.io", "false")
+    probe = (
+        "patch", "irp", POLICY, "-n", ns, "--subresource=status", "--type=merge",
+        "-p", '{"status": {"lastReset": "probe"}}', "--dry-run=server",
+    )  # fmt: skip
+    _wait_refused(cluster, probe, "the admission policy to refuse status writes")
+    api = KubeApi.from_environment(cluster.kubeconfig)
+    ledger = RateLimitLedger()
+    client = RegistryClient(insecure_registries=[registry], ledger=ledger)
+    config = OperatorConfig(
+        insecure_registries=(registry,), resolution_window=0, pre_pull_pods=True
+    )
+    ticker = PolicyTicker(
+        api=api, resolver=SharedResolver(client), ledger=ledger, config=config, metrics=Metrics()
+    )
+    try:
+        outcome = await ticker.tick(ns, POLICY)
+        assert outcome is not None
+        assert outcome.plan.pod_creates, "the tick planned no pre-pull: nothing was tested"
+        assert outcome.applied is not None
+        assert outcome.applied.created == []
+        pods = cluster.get("pods", "-n", ns)["items"]
+        assert not [p for p in pods if p["metadata"]["name"].startswith("imagerefresh-prepull-")]
+        ticker.events.wait_idle(30)
+        assert "StatusNotWritten" in _reasons(cluster, ns, POLICY)
+        assert "PrePulling" not in _reasons(cluster, ns, POLICY)
+    finally:
+        await client.aclose()
+
+
 async def test_a_forged_rollback_to_another_repository_is_never_written(
     crd_installed: Cluster,
     registry: str,

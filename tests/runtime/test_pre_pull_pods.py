@@ -95,6 +95,7 @@ def test_a_daemonset_is_patched_only_after_a_helper_pod_per_node_and_none_is_lef
     assert all(order.index(("delete", "pods", name)) > patch_at for name in deletes)
     assert "PrePulling" in event_reasons(cluster, ns, "agents", "PrePulling", "Refreshed")
     assert target_status(cluster, ns, "agents").get("prePull") is None
+    assert "tick failed unexpectedly" not in pre_puller.log()  # every tick ran to its end
 
 
 def test_a_helper_a_crashed_operator_left_is_deleted_and_a_pod_that_only_wears_the_label_is_not(

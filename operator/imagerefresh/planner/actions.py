@@ -61,7 +61,7 @@ class ImagePatch:
         return operations
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)  # a manifest is a dict: one create is itself
 class HelperPodCreate:
     """A pre-pull helper pod to create (planner.helperpod), once the status recording its
     intent landed. ``repositories``: the target's tracked repositories, the only ones the pod
