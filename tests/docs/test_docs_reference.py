@@ -5,7 +5,7 @@ Each side is read from the real objects, never by searching prose: reasons from
 ``planner.reasons``, phases and condition types from their enums, spec and status fields from
 the CRD's schema, metrics (names, types, labels) from the prometheus_client collectors a
 :class:`~imagerefresh.metrics.Metrics` registers, commands and flags by walking the click
-command tree, chart values by walking ``values.yaml``, annotations from the package's
+command tree, chart values by walking ``values.yaml``, annotations and labels from the package's
 constants, audit findings from their enum, alerts from the rendered PrometheusRule. The
 reference is read as tables (tests/support/docs.py): a name in a sentence documents nothing.
 """
@@ -130,7 +130,7 @@ def test_every_spec_and_status_field_of_the_crd_is_documented_and_nothing_else()
     assert documented == in_crd, _differ("spec and status fields", in_crd, documented)
 
 
-# --- annotations ---------------------------------------------------------------------------------
+# --- annotations and labels ----------------------------------------------------------------------
 
 
 def _package_constants() -> Iterator[tuple[str, str]]:
@@ -142,19 +142,29 @@ def _package_constants() -> Iterator[tuple[str, str]]:
                 yield name, value
 
 
-def test_every_annotation_the_code_reads_or_writes_is_documented_and_nothing_else() -> None:
-    # The operator's own keys: images.tracebloc.io/<name>. The API version has that shape too,
-    # and a finalizer is not an annotation.
-    in_code = {
-        value
-        for name, value in _package_constants()
-        if re.fullmatch(r"images\.tracebloc\.io/[a-z0-9-]+", value)
-        and value != f"{GROUP}/{VERSION}"
-        and not name.endswith("FINALIZER")
-    }
-    (table,) = tables_with(API, "annotation")
-    documented = {first_code(row["annotation"]) for row in table.rows}
-    assert documented == in_code, _differ("annotations", in_code, documented)
+def _own_keys() -> dict[str, set[str]]:
+    """The operator's own keys, images.tracebloc.io/<name>, by what the constant naming each
+    is: a ``*LABEL`` a label, any other an annotation. The API version has that shape too, and
+    a finalizer is neither."""
+    keys: dict[str, set[str]] = {"annotation": set(), "label": set()}
+    for name, value in _package_constants():
+        if (
+            re.fullmatch(r"images\.tracebloc\.io/[a-z0-9-]+", value)
+            and value != f"{GROUP}/{VERSION}"
+            and not name.endswith("FINALIZER")
+        ):
+            keys["label" if name.endswith("LABEL") else "annotation"].add(value)
+    return keys
+
+
+@pytest.mark.parametrize("kind", ["annotation", "label"])
+def test_every_annotation_and_label_the_code_reads_or_writes_is_documented_and_nothing_else(
+    kind: str,
+) -> None:
+    in_code = _own_keys()[kind]
+    (table,) = tables_with(API, kind)
+    documented = {first_code(row[kind]) for row in table.rows}
+    assert documented == in_code, _differ(f"{kind}s", in_code, documented)
 
 
 # --- metrics -------------------------------------------------------------------------------------
