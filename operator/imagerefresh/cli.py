@@ -533,6 +533,15 @@ def _runtime_parts(
     "their refreshes (PrePullNotAllowed).",
 )
 @click.option(
+    "--pre-pull-max-deadline",
+    default=3600,
+    show_default=True,
+    type=click.IntRange(min=60, max=86_400),
+    help="The longest a pre-pull helper pod may live, in seconds: each gets its target's "
+    "rolloutTimeout up to this (its activeDeadlineSeconds). The chart sets it from "
+    "prePull.maxDeadlineSeconds, the limit its admission policy enforces.",
+)
+@click.option(
     "--leader-elect",
     is_flag=True,
     help="Run as one candidate of several: act only while holding a coordination.k8s.io/v1 "
@@ -606,6 +615,7 @@ def run(
     node_status_max_images: int,
     node_list_lifetime: float,
     pre_pull_pods: bool,
+    pre_pull_max_deadline: int,
     leader_elect: bool,
     leader_election_namespace: str | None,
     leader_election_id: str,
@@ -651,6 +661,7 @@ def run(
         node_status_max_images=node_status_max_images,
         node_list_lifetime=node_list_lifetime,
         pre_pull_pods=pre_pull_pods,
+        pre_pull_max_deadline=pre_pull_max_deadline,
         planning_delay=planning_delay,
     )
     metrics = Metrics()

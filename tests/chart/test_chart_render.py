@@ -923,6 +923,8 @@ def test_pre_pull_fence_follows_the_service_account_and_the_deadline_values() ->
     (deadline,) = [v for v in spec["validations"] if "activeDeadlineSeconds" in v["expression"]]
     assert "<= 120" in deadline["expression"]
     assert "from 1 to 120" in deadline["message"]
+    # The operator is told the same limit: its helpers never carry a longer deadline.
+    assert "--pre-pull-max-deadline=120" in operator_container(objects)["args"]
 
 
 # -- invariants over every profile ----------------------------------------------------------

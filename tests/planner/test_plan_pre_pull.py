@@ -292,21 +292,56 @@ def test_not_ready_and_cordoned_nodes_are_skipped_and_named() -> None:
     assert "skipped (not Ready, or cordoned): n2, n3" in status(tick).message
 
 
-def test_a_closed_window_starts_no_pre_pull_and_deletes_the_helpers_of_one_in_flight() -> None:
+def closed(tick: Tick) -> None:
+    """Only Saturdays 02:00-03:00 UTC: the test clock (a Sunday noon) is outside."""
+    windows = [{"days": ["Sat"], "start": "02:00", "end": "03:00", "timeZone": "UTC"}]
+    tick.spec = tick.spec.model_copy(
+        update={"windows": spec(target("x", a=RM), windows=windows).windows}
+    )
+
+
+def test_a_closed_window_starts_no_pre_pull() -> None:
+    tick = pre_pulling()
+    closed(tick)
+    plan = run(tick, [])
+    assert plan.pod_creates == ()
+    assert status(tick).phase is Phase.WAITING
+    assert status(tick).pre_pull is None
+
+
+def test_a_pre_pull_in_flight_when_its_window_closes_is_carried_to_its_patch() -> None:
     tick = pre_pulling()
     run(tick, [])
-    tick.spec = tick.spec.model_copy(
-        update={
-            "windows": spec(
-                target("x", a=RM),
-                windows=[{"days": ["Sat"], "start": "02:00", "end": "03:00", "timeZone": "UTC"}],
-            ).windows
-        }
-    )
-    plan = run(tick, [helper("n1"), helper("n2")])
+    closed(tick)
+    going = run(tick, [helper("n1", pulled=True), helper("n2"), helper("n3")])
+    assert going.pod_deletes == ()
+    assert status(tick).phase is Phase.REFRESHING
+    done = run(tick, [helper(n, pulled=True) for n in NODES])
+    assert len(done.patches) == 1
+    assert len(done.pod_deletes) == 3
+
+
+def test_a_pre_pull_started_by_a_one_off_override_finishes_outside_the_window() -> None:
+    tick = pre_pulling()
+    closed(tick)
+    tick.window_override = "now"
+    assert len(run(tick, []).pod_creates) == 3
+    plan = run(tick, [helper(n, pulled=True) for n in NODES])
+    assert len(plan.patches) == 1
+
+
+def test_a_failed_pre_pull_stays_failed_across_a_closed_window_and_charges_nothing() -> None:
+    tick = pre_pulling()
+    run(tick, [])
+    run(tick, [helper("n1", waiting="ErrImagePull")])
+    closed(tick)
+    run(tick, [])
+    assert status(tick).pre_pull.failure.node == "n1"
+    tick.spec = tick.spec.model_copy(update={"windows": None})  # the window opens again
+    plan = run(tick, [])
     assert plan.pod_creates == ()
-    assert len(plan.pod_deletes) == 2
-    assert status(tick).pre_pull is None
+    assert status(tick).phase is Phase.WAITING
+    assert "pre-pull failed on node n1" in status(tick).message
 
 
 def test_an_operator_that_may_not_create_pods_holds_the_refresh_and_says_how_to_allow_it() -> None:
@@ -453,3 +488,13 @@ def test_a_status_intent_naming_an_image_by_tag_is_not_read_as_ours() -> None:
     }
     with pytest.raises(ValueError, match="by digest"):
         PolicyStatus.model_validate(written)
+
+
+def test_a_helper_lives_the_target_s_rollout_timeout_up_to_the_operator_s_limit() -> None:
+    long = pre_pulling(rolloutTimeout="3h")
+    long.pre_pull_max_deadline = 900
+    (first, *_) = run(long, []).pod_creates
+    assert first.manifest["spec"]["activeDeadlineSeconds"] == 900
+    short = pre_pulling(rolloutTimeout="2m")
+    (first, *_) = run(short, []).pod_creates
+    assert first.manifest["spec"]["activeDeadlineSeconds"] == 120

@@ -77,7 +77,7 @@ MUTATIONS: dict[str, tuple[Callable[[Pod], None], str]] = {
     "hostPID": (lambda p: p["spec"].update(hostPID=True), "spec carries hostPID"),
     "no deadline": (lambda p: p["spec"].pop("activeDeadlineSeconds"), "activeDeadlineSeconds"),
     "a long deadline": (
-        lambda p: p["spec"].update(activeDeadlineSeconds=86_400),
+        lambda p: p["spec"].update(activeDeadlineSeconds=86_401),
         "activeDeadlineSeconds",
     ),
     "restarts": (lambda p: p["spec"].update(restartPolicy="Always"), "restartPolicy"),

@@ -115,6 +115,7 @@ class Tick:
         self.namespaces = namespaces or NamespacePolicy()
         self.nodes: NodeInventory | None = None  # the nodes' image lists, when read
         self.pre_pull_pods = False  # the operator may create pre-pull helper pods
+        self.pre_pull_max_deadline = 3_600
 
     def input(
         self,
@@ -141,6 +142,7 @@ class Tick:
             follow_up=follow_up,
             nodes=self.nodes,
             pre_pull_pods=self.pre_pull_pods,
+            pre_pull_max_deadline=self.pre_pull_max_deadline,
         )
 
     def run(

@@ -318,3 +318,4 @@ class TickInput:
     # The nodes' image lists (offline evidence); None when the operator may not read nodes.
     nodes: NodeInventory | None = None
     pre_pull_pods: bool = False  # the operator may create pre-pull helper pods
+    pre_pull_max_deadline: int = 3_600  # seconds a helper pod may live, at most

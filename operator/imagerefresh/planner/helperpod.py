@@ -45,7 +45,9 @@ LABEL = "images.tracebloc.io/pre-pull"  # value: the uid of the workload it pre-
 NAME_PREFIX = "imagerefresh-prepull-"
 COMMAND = "/imagerefresh-pre-pull"  # exists in no image: the start fails after the pull
 MANAGED_BY = ("app.kubernetes.io/managed-by", "imagerefresh")
-MIN_DEADLINE, MAX_DEADLINE = 60, 3_600  # seconds a helper pod may live (activeDeadlineSeconds)
+# Seconds a helper pod may live (activeDeadlineSeconds): the operator's --pre-pull-max-deadline
+# chooses the most within these.
+MIN_DEADLINE, MAX_DEADLINE = 60, 86_400
 MAX_PULL_SECRETS = 16
 MAX_TOLERATIONS = 64
 RUN_AS = 65_534  # nobody: the container never starts, but no rule should hinge on that
@@ -166,8 +168,10 @@ def helper_name(uid: str, node: str, images: Sequence[str]) -> str:
     return NAME_PREFIX + hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
-def deadline_seconds(timeout: timedelta) -> int:
-    return max(MIN_DEADLINE, min(MAX_DEADLINE, int(timeout.total_seconds())))
+def deadline_seconds(timeout: timedelta, most: int = 3_600) -> int:
+    """The target's progress deadline, within what a helper pod may live."""
+    most = max(MIN_DEADLINE, min(MAX_DEADLINE, most))
+    return max(MIN_DEADLINE, min(most, int(timeout.total_seconds())))
 
 
 def helper_manifest(
@@ -176,12 +180,13 @@ def helper_manifest(
     node: str,
     images: Sequence[str],
     timeout: timedelta,
+    most: int = 3_600,
 ) -> dict[str, Any]:
     """The helper pod that pulls ``images`` onto ``node`` for ``placement``'s workload."""
     spec: dict[str, Any] = {
         "nodeName": node,
         "restartPolicy": "Never",
-        "activeDeadlineSeconds": deadline_seconds(timeout),
+        "activeDeadlineSeconds": deadline_seconds(timeout, most),
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "securityContext": {

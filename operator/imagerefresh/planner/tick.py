@@ -187,6 +187,7 @@ class _Targets:
             seen={entry.tracked: entry for entry in seen},
             nodes=tick.nodes,
             pre_pull_pods=tick.pre_pull_pods,
+            pre_pull_max_deadline=tick.pre_pull_max_deadline,
         )
         self.twice = {key for key, count in Counter(self.keys).items() if count > 1}
         self.previous = {_key(status): status for status in policy.status.targets}

@@ -62,6 +62,7 @@ class OperatorConfig:
     # needs pods create/delete in the target namespaces. Off, a policy asking for prePull holds
     # its refreshes (PrePullNotAllowed) rather than switching without the pull.
     pre_pull_pods: bool = False
+    pre_pull_max_deadline: int = 3_600  # seconds a helper pod may live, at most
     # For tests only: planning spins the CPU this many seconds more, so that a test can prove
     # the event loop (the Lease, /healthz) goes on while a large policy is planned.
     planning_delay: float = 0.0

@@ -111,6 +111,7 @@ def assemble(
         follow_up,
         nodes=found.nodes,
         pre_pull_pods=config.pre_pull_pods,
+        pre_pull_max_deadline=config.pre_pull_max_deadline,
     )
     return Gathered(tick, workloads, found.accounts)
 

@@ -66,6 +66,7 @@ class TargetContext:
     seen: Mapping[str, SeenDigest] = field(default_factory=lambda: MappingProxyType({}))
     nodes: NodeInventory | None = None  # the nodes' image lists; None: node reads are off
     pre_pull_pods: bool = False  # the operator may create pre-pull helper pods
+    pre_pull_max_deadline: int = 3_600  # seconds a helper pod may live, at most
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,10 @@ digest, when a pod of the workload there runs it, or when the node's ``status.im
   digest — a pull that fails for auth, a rate limit or a full disk does not fix itself, and
   retrying it would spend pulls in a loop.
 - Helper pods are kept only while the pre-pull needs them: every other one found for the
-  workload is deleted, so a crash, a failover, a window closing or a patch leaves none behind.
+  workload is deleted, so a crash, a failover, a failure or a patch leaves none behind.
+- Windows gate its start, not its end: a pre-pull in flight when its window closes (or started
+  by a one-off override) is carried to its patch — the refresh started inside the window. A
+  failed one stays failed across windows and locks.
 - Lockstep: a target pre-pulling is not starting, so its group's other members wait; each
   member pre-pulls on its own, and the group switches once every member's nodes hold D.
 """
@@ -40,7 +43,7 @@ from imagerefresh.planner.helperpod import HelperPod, helper_manifest
 from imagerefresh.planner.target.decision import Decision, TargetOutcome
 from imagerefresh.reference import parse, registry_host
 
-__all__ = ["PRE_PULL_POLL", "pre_pull", "wants_pre_pull"]
+__all__ = ["PRE_PULL_POLL", "carried_pre_pull", "pre_pull", "wants_pre_pull"]
 
 PRE_PULL_POLL = timedelta(seconds=5)  # how soon a pre-pull in flight is looked at again
 _NAMED = 8  # nodes a message names; it counts the rest
@@ -52,17 +55,36 @@ def wants_pre_pull(decision: Decision) -> bool:
     return own if own is not None else decision.ctx.spec.pre_pull
 
 
+def carried_pre_pull(
+    decision: Decision, workload: Workload, drifted: dict[str, str]
+) -> PrePullIntent | None:
+    """The recorded pre-pull of exactly ``drifted``'s digests, if this target pre-pulls.
+
+    The refresh step keeps a failed one whatever holds the refresh (a closed window, a lock),
+    so a failure is retried only after a reset or for a new digest; and carries one in flight
+    to its patch past the end of the window it started in (the refresh started inside it).
+    """
+    before = decision.pre_pull
+    if before is None or not wants_pre_pull(decision):
+        return None
+    return before if before.images == _images(workload, drifted) else None
+
+
+def _images(workload: Workload, drifted: dict[str, str]) -> dict[str, str]:
+    return {
+        name: parse(workload.containers[name].image).pinned(digest).familiar
+        for name, digest in drifted.items()
+    }
+
+
 def pre_pull(
     decision: Decision, workload: Workload, drifted: dict[str, str], plan: str, note: str
 ) -> TargetOutcome | None:
     """Carry the pre-pull of ``drifted`` (container → digest) one step; None once every node
     holds every image, when the refresh may start."""
-    images = {
-        name: parse(workload.containers[name].image).pinned(digest).familiar
-        for name, digest in drifted.items()
-    }
+    images = _images(workload, drifted)
     before = decision.pre_pull
-    intent = before if before is not None and before.images == images else None
+    intent = carried_pre_pull(decision, workload, drifted)
     if not decision.ctx.pre_pull_pods:
         return _wait(
             decision,
@@ -209,7 +231,12 @@ def _keep_or_create(
         if node in covered:
             continue
         manifest = helper_manifest(
-            workload.key.namespace, placement, node, wanted, decision.rollout_timeout
+            workload.key.namespace,
+            placement,
+            node,
+            wanted,
+            decision.rollout_timeout,
+            decision.ctx.pre_pull_max_deadline,
         )
         decision.outcome.helper_creates.append(
             HelperPodCreate(decision.key, node, manifest, repositories)

@@ -1,7 +1,8 @@
 """Drift: whether a refresh starts now, and the one guarded patch that starts it.
 
 The spec's step e. In this order, each may stop the refresh: a Locked target waits for a reset;
-outside every refresh window it waits for the next one to open; a follow-up tick only judges
+outside every refresh window it waits for the next one to open (a pre-pull in flight excepted:
+it started inside a window, and is carried to its patch); a follow-up tick only judges
 rollouts and starts nothing; lockstep peers that cannot move hold the containers they share
 (the others still refresh); the pull budget may defer it (RateLimited); a dry run reports what
 it would patch. Otherwise ONE patch sets every drifted container of the workload to its digest,
@@ -28,7 +29,7 @@ from imagerefresh.planner.evidence import ANONYMOUS, Account, Workload
 from imagerefresh.planner.lockstep import held_message
 from imagerefresh.planner.target.contest import contest_repin
 from imagerefresh.planner.target.decision import Decision, TargetOutcome, short
-from imagerefresh.planner.target.prepull import pre_pull, wants_pre_pull
+from imagerefresh.planner.target.prepull import carried_pre_pull, pre_pull, wants_pre_pull
 from imagerefresh.planner.windows import WINDOW_OVERRIDE_ANNOTATION
 from imagerefresh.reference import parse, registry_host
 
@@ -43,9 +44,13 @@ def refresh(
     ``note`` tells of the containers left alone, for the status message.
     """
     plan = _plan_text(decision, workload, drifted)
+    pulling = carried_pre_pull(decision, workload, drifted)
+    if pulling is not None and pulling.failure is not None:
+        decision.update(pre_pull=pulling)  # held until a reset or a new digest, whatever else
     if decision.locked:
         return decision.finish(Phase.LOCKED, decision.locked_message(f"drift: {plan}"))
-    if not decision.ctx.window.open:
+    in_flight = pulling is not None and pulling.failure is None
+    if not decision.ctx.window.open and not in_flight:
         return _wait_for_window(decision, plan, note)
     if decision.ctx.follow_up:
         # Following rollouts only judges them: a refresh starts at a tick of the interval
