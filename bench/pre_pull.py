@@ -160,6 +160,8 @@ def measure(
         pusher.push(f"{NAMESPACE}/{kind}", "prod", seed=f"{kind}-0", entrypoint=SLEEP)
     node.cluster.apply(*objects(node, pusher.host), namespace=NAMESPACE)
     measured = Unavailability(client, pusher, bump)
+    # A tick of a DaemonSet still rolling out is a skip: tick once both agents are Ready.
+    wait_for(lambda: all(any(map(_ready, measured._pods(k))) for k in KINDS), "agents Ready", 180)
     bump([(NAMESPACE, k) for k in KINDS])
     wait_for(lambda: all(measured._current(k) for k in KINDS), "both DaemonSets Current", 180)
     for cycle in range(1, changes + 1):

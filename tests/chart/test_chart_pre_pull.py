@@ -17,10 +17,19 @@ import secrets
 import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from imagerefresh.kube.api import KubeApi
+from imagerefresh.kube.pods import AlreadyExists, HelperPodApi
+from imagerefresh.models import WorkloadKind
+from imagerefresh.planner import TargetKey
+from imagerefresh.planner.actions import HelperPodCreate, HelperPodDelete
+from imagerefresh.planner.helperpod import Placement, helper_manifest
+from imagerefresh.reference import parse
 
 from support.accounts import service_account_kubeconfig
 from support.cluster_env import Cluster, eventually
@@ -219,6 +228,38 @@ def test_pre_pull_helper_of_the_exact_shape_is_admitted_and_deleted_as_the_opera
     assert len(live["spec"]["containers"]) == containers
     deleted = fenced.as_operator("delete", "pod", name, "-n", fenced.namespace, "--wait=false")
     assert deleted.returncode == 0, deleted.stderr
+
+
+def test_the_operator_s_own_helper_passes_its_guard_and_the_fence_and_is_deleted_by_uid(
+    fenced: Fenced,
+) -> None:
+    """What the operator builds (planner.helperpod) is what the fence admits: created and
+    deleted through the operator's own adapter, with the chart ServiceAccount's token."""
+    workload = fenced.cluster.get("daemonset", "agent", "-n", fenced.namespace)
+    placement = Placement.from_api(workload)
+    assert placement is not None
+    images = [IMAGE, IMAGE.replace("resource-monitor", "pods-monitor")]
+    manifest = helper_manifest(fenced.namespace, placement, NODE, images, timedelta(minutes=10))
+    key = TargetKey(WorkloadKind.DAEMONSET, fenced.namespace, "agent")
+    repositories = frozenset(parse(image).repository for image in images)
+    pods = HelperPodApi(KubeApi.from_environment(str(fenced.kubeconfig)))
+    pods.create(HelperPodCreate(key, NODE, manifest, repositories))
+    (found,) = [
+        p
+        for p in pods.list(fenced.namespace)
+        if p["metadata"]["name"] == manifest["metadata"]["name"]
+    ]
+    with pytest.raises(AlreadyExists):  # a second create is the same pod, never another
+        pods.create(HelperPodCreate(key, NODE, manifest, repositories))
+    name, uid = found["metadata"]["name"], found["metadata"]["uid"]
+    pods.delete(HelperPodDelete(key, fenced.namespace, name, "not-its-uid"))  # not ours: kept
+    assert fenced.cluster.get("pod", name, "-n", fenced.namespace)["metadata"]["uid"] == uid
+    pods.delete(HelperPodDelete(key, fenced.namespace, name, uid))
+    eventually(
+        lambda: name not in {p["metadata"]["name"] for p in pods.list(fenced.namespace)} or None,
+        timeout=30,
+        what="the helper deleted",
+    )
 
 
 Mutation = Callable[[dict[str, Any]], Any]

@@ -18,8 +18,13 @@ from typing import Any
 
 import pytest
 
+from imagerefresh.kube.api import KubeApi
+from imagerefresh.runtime.config import OperatorConfig
+from imagerefresh.runtime.reads import read_targets
+
 from support.accounts import audited_kubeconfig, audited_writes
 from support.cluster_env import Cluster, eventually
+from support.counting import CountingKubeApi
 from support.operator_env import Operator, kwok_pod_template, running_operator
 from support.prepull import LABEL, PREFIX, agents, helper_pods, template_image
 from support.registry_env import ImagePusher
@@ -151,3 +156,34 @@ def test_a_helper_a_crashed_operator_left_is_deleted_and_a_pod_that_only_wears_t
         interval=1,
     )
     assert target_status(cluster, ns, "agents")["phase"] == "Current"
+
+
+async def test_helper_pods_are_read_only_for_targets_that_pre_pull_or_recorded_a_pre_pull(
+    crd_installed: Cluster, pusher: ImagePusher, registry: str, policy_namespace: str
+) -> None:
+    ns = policy_namespace
+    current = pusher.push(f"{ns}/agent", "prod", seed=f"pre-reads-{secrets.token_hex(3)}")
+    agents(crd_installed, ns, f"{registry}/{ns}/agent@{current.digest}")
+    tracked = target("agents", "DaemonSet", agent=f"{registry}/{ns}/agent:prod")
+    crd_installed.apply(policy("control-plane", tracked), namespace=ns)
+    counting = CountingKubeApi(KubeApi.from_environment(crd_installed.kubeconfig).api_client)
+    config = OperatorConfig(insecure_registries=(registry,), pre_pull_pods=True)
+
+    async def pod_lists() -> int:
+        counting.requests.clear()
+        obj = crd_installed.get("irp", "control-plane", "-n", ns)
+        await read_targets(obj, api=counting, config=config)
+        return counting.requests[("GET", f"/api/v1/namespaces/{ns}/pods")]
+
+    assert await pod_lists() == 1  # the workload's pods only: no prePull, no helper read
+    crd_installed.kubectl(
+        "patch",
+        "irp",
+        "control-plane",
+        "-n",
+        ns,
+        "--type=merge",
+        "-p",
+        '{"spec": {"prePull": true}}',
+    )
+    assert await pod_lists() == 2  # and one LIST of the namespace's helper pods

@@ -210,7 +210,7 @@ async def _read_all(
     keys: list[TargetKey],
     concurrency: int,
     shared: ReadCache | None,
-    pre_pull_pods: bool = False,
+    pre_pulling: frozenset[TargetKey] = frozenset(),
 ) -> dict[TargetKey, WorkloadRead]:
     """Every target's workload, then (concurrently) its pods and pull secrets.
 
@@ -232,13 +232,32 @@ async def _read_all(
     by_namespace: dict[str, list[WorkloadRead]] = {}
     for key, read in present.items():
         by_namespace.setdefault(key.namespace, []).append(read)
-    helpers = by_namespace.items() if pre_pull_pods else ()
+    helpers: dict[str, list[WorkloadRead]] = {}
+    for key, read in present.items():
+        if key in pre_pulling:
+            helpers.setdefault(key.namespace, []).append(read)
     await asyncio.gather(
         *(bounded(_read_pods, namespace, group) for namespace, group in by_namespace.items()),
-        *(bounded(_read_helpers, namespace, group) for namespace, group in helpers),
+        *(bounded(_read_helpers, namespace, group) for namespace, group in helpers.items()),
         *(bounded(_read_secrets, key, read, cache) for key, read in present.items()),
     )
     return {key: _reduced(read) for key, read in reads.items()}
+
+
+def _pre_pulling(view: PolicyView, keys: list[TargetKey]) -> frozenset[TargetKey]:
+    """The targets whose helper pods are read: those that pre-pull, and those whose status
+    still records a pre-pull (turned off since: its helpers are found, and deleted). Policies
+    without prePull cost no read."""
+    recorded = {
+        (t.kind, t.namespace, t.name) for t in view.status.targets if t.pre_pull is not None
+    }
+    wanted = set()
+    for index, target in enumerate(view.spec.targets):
+        key = keys[index]
+        own = target.pre_pull if target.pre_pull is not None else view.spec.pre_pull
+        if own or (key.kind, key.namespace, key.name) in recorded:
+            wanted.add(key)
+    return frozenset(wanted)
 
 
 def _identities(
@@ -323,7 +342,7 @@ async def read_targets(
         reachable,
         config.kube_concurrency,
         None if asked_at is not None else shared_reads,
-        config.pre_pull_pods and not follow_up,
+        _pre_pulling(view, keys) if config.pre_pull_pods and not follow_up else frozenset(),
     )
     if nodes is not None and nodes.enabled and reachable:
         found.reads, found.nodes = await asyncio.gather(workloads, nodes.current(asked_at))

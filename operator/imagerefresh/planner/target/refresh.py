@@ -44,12 +44,12 @@ def refresh(
     ``note`` tells of the containers left alone, for the status message.
     """
     plan = _plan_text(decision, workload, drifted)
-    pulling = carried_pre_pull(decision, workload, drifted)
-    if pulling is not None and pulling.failure is not None:
-        decision.update(pre_pull=pulling)  # held until a reset or a new digest, whatever else
+    recorded = carried_pre_pull(decision, workload, drifted)
+    if recorded is not None and recorded.failure is not None:
+        decision.update(pre_pull=recorded)  # held until a reset or a new digest, whatever else
     if decision.locked:
         return decision.finish(Phase.LOCKED, decision.locked_message(f"drift: {plan}"))
-    in_flight = pulling is not None and pulling.failure is None
+    in_flight = recorded is not None and recorded.failure is None
     if not decision.ctx.window.open and not in_flight:
         return _wait_for_window(decision, plan, note)
     if decision.ctx.follow_up:
