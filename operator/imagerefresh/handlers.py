@@ -28,6 +28,7 @@ import kopf
 
 from imagerefresh.kube.namespaces import NamespaceScope
 from imagerefresh.models import PolicySpec, parse_duration
+from imagerefresh.runtime.leftovers import delete_leftover_helpers
 from imagerefresh.runtime.reads import RESET_ANNOTATION, WINDOW_OVERRIDE_ANNOTATION
 from imagerefresh.runtime.schedule import random_phase
 from imagerefresh.runtime.scheduler import Scheduler
@@ -127,6 +128,9 @@ def build_registry(scope: NamespaceScope | None = None) -> kopf.OperatorRegistry
         if type == "DELETED":
             memo.ticker.claims.forget(uid)
             memo.scheduler.forget(uid)  # and its series go with it
+            if memo.ticker.config.pre_pull_pods:  # a pre-pull in flight has no next tick
+                api, status = memo.ticker.api, dict(body.get("status") or {})
+                await asyncio.to_thread(delete_leftover_helpers, api, status)
             return
         if body.metadata.get("deletionTimestamp"):
             return  # going: no new tick for it

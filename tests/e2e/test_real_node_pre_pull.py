@@ -208,3 +208,28 @@ def test_an_operator_killed_mid_pull_is_succeeded_by_one_that_resumes_charging_n
             if w.namespace == ns and w.verb == "create" and w.resource == "pods" and w.succeeded
         ]
         assert len(creates) == 1  # the successor found the helper, it did not make another
+
+
+def test_a_policy_deleted_mid_pull_takes_its_helper_pods_with_it(
+    pre_puller: Operator,
+    cluster: Cluster,
+    real_node: RealNode,
+    pusher: ImagePusher,
+    policy_namespace: str,
+) -> None:
+    ns, reg = policy_namespace, pre_puller.registry
+    old = pusher.push(f"{ns}/agent", "prod", seed=f"{ns}-old", entrypoint=SLEEP)
+    running_agent(cluster, real_node, ns, f"{reg}/{ns}/agent@{old.digest}")
+    pusher.push(f"{ns}/agent", "prod", seed=f"{ns}-gone", entrypoint=SLEEP)
+    with real_node.containerd_paused():  # the node is stuck mid-pull
+        track(cluster, ns, reg)
+        pre_puller.tick(ns, "control-plane")
+        eventually(
+            lambda: helper_pods(cluster, ns) or None,
+            timeout=60,
+            what="a helper pod pulling",
+            interval=0.5,
+        )
+        cluster.kubectl("delete", "irp", "control-plane", "-n", ns)
+        no_helpers_left(cluster, ns)  # no tick of the policy is left to delete them
+    assert agent_image(cluster, ns) == f"{reg}/{ns}/agent@{old.digest}"

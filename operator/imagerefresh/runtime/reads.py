@@ -40,6 +40,7 @@ __all__ = [
     "PolicyUnreadable",
     "TargetReads",
     "WorkloadRead",
+    "owned_helper",
     "policy_view",
     "read_targets",
     "unreadable_message",
@@ -167,11 +168,13 @@ def _read_helpers(api: KubeApi, namespace: str, reads: list[WorkloadRead]) -> No
     for read in reads:
         uid = ((read.workload or {}).get("metadata") or {}).get("uid")
         read.helpers = tuple(
-            HelperPod.from_api(pod) for pod in pods if uid and _owned_helper(pod, uid)
+            HelperPod.from_api(pod) for pod in pods if uid and owned_helper(pod, uid)
         )
 
 
-def _owned_helper(pod: Mapping[str, Any], uid: str) -> bool:
+def owned_helper(pod: Mapping[str, Any], uid: str) -> bool:
+    """Whether ``pod`` is a helper of the workload ``uid``: its owner reference and its label
+    both name it (anyone may label a pod; only an owner reference resolves)."""
     metadata = pod.get("metadata") or {}
     owners = metadata.get("ownerReferences") or ()
     labelled = (metadata.get("labels") or {}).get(HELPER_LABEL) == uid
