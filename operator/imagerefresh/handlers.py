@@ -128,9 +128,10 @@ def build_registry(scope: NamespaceScope | None = None) -> kopf.OperatorRegistry
         if type == "DELETED":
             memo.ticker.claims.forget(uid)
             memo.scheduler.forget(uid)  # and its series go with it
-            if memo.ticker.config.pre_pull_pods:  # a pre-pull in flight has no next tick
-                api, status = memo.ticker.api, dict(body.get("status") or {})
-                await asyncio.to_thread(delete_leftover_helpers, api, status)
+            config = memo.ticker.config
+            if config.pre_pull_pods:  # a pre-pull in flight has no next tick
+                api, policy = memo.ticker.api, dict(body)
+                await asyncio.to_thread(delete_leftover_helpers, api, policy, config.namespaces)
             return
         if body.metadata.get("deletionTimestamp"):
             return  # going: no new tick for it

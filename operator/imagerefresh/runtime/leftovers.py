@@ -18,8 +18,8 @@ from pydantic import ValidationError
 from imagerefresh.kube.api import KubeApi
 from imagerefresh.kube.errors import KubeError
 from imagerefresh.kube.pods import HelperPodApi
-from imagerefresh.models import PolicyStatus
-from imagerefresh.planner import TargetKey
+from imagerefresh.models import PolicySpec, PolicyStatus
+from imagerefresh.planner import NamespacePolicy, TargetKey
 from imagerefresh.planner.actions import HelperPodDelete
 from imagerefresh.runtime.reads import owned_helper
 
@@ -28,19 +28,35 @@ __all__ = ["delete_leftover_helpers"]
 log = structlog.get_logger(__name__)
 
 
-def delete_leftover_helpers(api: KubeApi, status: Mapping[str, Any]) -> list[HelperPodDelete]:
-    """Delete the helper pods of every target ``status`` (a deleted policy's last) records a
-    pre-pull for; what was deleted. An unreadable status deletes nothing."""
+def leftover_targets(policy: Mapping[str, Any], namespaces: NamespacePolicy) -> list[TargetKey]:
+    """The targets of a deleted policy whose helper pods are to go: those its last status
+    records a pre-pull for — and, since anyone who may update the status may write that, only
+    those its spec declares in a namespace the policy may reach. Anything unreadable: none."""
+    metadata = policy.get("metadata") or {}
+    home = str(metadata.get("namespace") or "")
     try:
-        targets = PolicyStatus.model_validate(status or {}).targets
+        spec = PolicySpec.model_validate(policy.get("spec") or {})
+        status = PolicyStatus.model_validate(policy.get("status") or {})
     except ValidationError:
         return []
+    declared = {
+        TargetKey(t.kind, t.namespace or home, t.name)
+        for t in spec.targets
+        if namespaces.allows(home, t.namespace or home)
+    }
+    recorded = [
+        TargetKey(t.kind, t.namespace, t.name) for t in status.targets if t.pre_pull is not None
+    ]
+    return [key for key in recorded if key in declared]
+
+
+def delete_leftover_helpers(
+    api: KubeApi, policy: Mapping[str, Any], namespaces: NamespacePolicy
+) -> list[HelperPodDelete]:
+    """Delete the helper pods of :func:`leftover_targets`; what was deleted."""
     pods = HelperPodApi(api)
     deleted: list[HelperPodDelete] = []
-    for target in targets:
-        if target.pre_pull is None:
-            continue
-        key = TargetKey(target.kind, target.namespace, target.name)
+    for key in leftover_targets(policy, namespaces):
         try:
             deleted += _delete_helpers(api, pods, key)
         except KubeError as error:
