@@ -243,6 +243,10 @@ class PolicySpec(ApiModel):
     pre_pull: bool = False
     targets: Annotated[tuple[TargetSpec, ...], Field(min_length=1, max_length=MAX_TARGETS)]
 
+    def pre_pulls(self, target: TargetSpec) -> bool:
+        """Whether ``target``'s refreshes pre-pull: its own prePull, else the policy's."""
+        return target.pre_pull if target.pre_pull is not None else self.pre_pull
+
     @model_validator(mode="after")
     def _durations_above_minimum(self) -> PolicySpec:
         if self.interval < MIN_INTERVAL:

@@ -101,10 +101,8 @@ class Applied:
     conflicted: list[ImagePatch] = field(default_factory=list)  # preconditions failed
     unknown: list[ImagePatch] = field(default_factory=list)  # no answer: re-read next tick
     held: list[ImagePatch] = field(default_factory=list)  # not sent: intent not recorded
-    # Pre-pull helper pods: created (or found existing), refused for good, deleted.
+    # Pre-pull helper pods created (or found existing): their pulls stay reserved.
     created: list[HelperPodCreate] = field(default_factory=list)
-    pods_refused: list[HelperPodCreate] = field(default_factory=list)
-    deleted: list[HelperPodDelete] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
     status_written: bool = False
 
@@ -156,9 +154,9 @@ def _unknown(patch: ImagePatch, error: str) -> str:
     )
 
 
-def _target(status: PolicyStatus, patch: ImagePatch) -> TargetStatus:
-    key = (patch.target.kind, patch.target.namespace, patch.target.name)
-    return next(t for t in status.targets if (t.kind, t.namespace, t.name) == key)
+def _target(status: PolicyStatus, key: TargetKey) -> TargetStatus:
+    wanted = (key.kind, key.namespace, key.name)
+    return next(t for t in status.targets if (t.kind, t.namespace, t.name) == wanted)
 
 
 def _previous_phase(view: PolicyView, patch: ImagePatch) -> Phase | None:
@@ -250,7 +248,7 @@ async def _patch(
             event = _outcome_event(view, patch, sent, message)
             if event is not None:
                 applied.events.append(event)
-        planned = _target(applied.status, patch)
+        planned = _target(applied.status, patch.target)
         target = _revised(view, planned, patch, sent, message, generation, now)
         applied.status = revise_target(view, applied.status, target, now)
 
@@ -274,7 +272,6 @@ async def _create_helpers(
             continue
         if refusal == _NO_ANSWER or create.target in failed:
             continue
-        applied.pods_refused.append(create)
         failed.add(create.target)
         message = (
             f"the pre-pull could not create its helper pod on node {create.node}: {refusal}. "
@@ -282,7 +279,7 @@ async def _create_helpers(
             "create; an admission policy may refuse the pod), then reset to try again: "
             f"imagerefresh reset {view.namespace}/{view.name}"
         )
-        planned = _target_of(applied.status, create.target)
+        planned = _target(applied.status, create.target)
         intent = planned.pre_pull
         failure = PrePullFailure(node=create.node, reason=refusal[:2_048])
         revised = planned.model_copy(
@@ -318,28 +315,17 @@ def _create(pods: HelperPodApi, create: HelperPodCreate) -> str | None:
     return None
 
 
-async def _delete_helpers(api: KubeApi, plan: Plan, applied: Applied) -> None:
+async def _delete_helpers(api: KubeApi, plan: Plan) -> None:
     """Delete the helper pods no pre-pull needs; one that fails is found again next tick."""
     pods = HelperPodApi(api)
 
-    def delete(order: HelperPodDelete) -> bool:
+    def delete(order: HelperPodDelete) -> None:
         try:
             pods.delete(order)
         except KubeError as error:
             log.warning("pre-pull pod not deleted", pod=order.name, error=str(error))
-            return False
-        return True
 
-    done = await asyncio.gather(*(asyncio.to_thread(delete, d) for d in plan.pod_deletes))
-    applied.deleted += [d for d, ok in zip(plan.pod_deletes, done, strict=True) if ok]
-
-
-def _target_of(status: PolicyStatus, key: TargetKey) -> TargetStatus:
-    return next(
-        t
-        for t in status.targets
-        if (t.kind, t.namespace, t.name) == (key.kind, key.namespace, key.name)
-    )
+    await asyncio.gather(*(asyncio.to_thread(delete, d) for d in plan.pod_deletes))
 
 
 def _unannounce(applied: Applied, patch: ImagePatch) -> None:
@@ -434,7 +420,7 @@ async def apply_plan(
         await _create_helpers(api, plan, gathered, now, applied)
     outcome = await asyncio.to_thread(_write_status, api, policy, applied.status)
     if outcome.error is None:
-        await _delete_helpers(api, plan, applied)
+        await _delete_helpers(api, plan)
     applied.status_written = applied.status_written or outcome.written
     if outcome.error is not None:
         log.warning(

@@ -257,8 +257,7 @@ def _pre_pulling(view: PolicyView, keys: list[TargetKey]) -> frozenset[TargetKey
     wanted = set()
     for index, target in enumerate(view.spec.targets):
         key = keys[index]
-        own = target.pre_pull if target.pre_pull is not None else view.spec.pre_pull
-        if own or (key.kind, key.namespace, key.name) in recorded:
+        if view.spec.pre_pulls(target) or (key.kind, key.namespace, key.name) in recorded:
             wanted.add(key)
     return frozenset(wanted)
 

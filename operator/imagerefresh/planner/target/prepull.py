@@ -51,8 +51,7 @@ _NAMED = 8  # nodes a message names; it counts the rest
 
 def wants_pre_pull(decision: Decision) -> bool:
     """Whether this target's refreshes pre-pull (the target's prePull, else the policy's)."""
-    own = decision.target.pre_pull
-    return own if own is not None else decision.ctx.spec.pre_pull
+    return decision.ctx.spec.pre_pulls(decision.target)
 
 
 def carried_pre_pull(
