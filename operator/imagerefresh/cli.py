@@ -542,6 +542,16 @@ def _runtime_parts(
     "prePull.maxDeadlineSeconds, the limit its admission policy enforces.",
 )
 @click.option(
+    "--watch-evidence/--no-watch-evidence",
+    default=True,
+    show_default=True,
+    help="Keep watch-fed copies of the targets' workloads and their pods, and decide on them "
+    "wherever they are synced (the API server is read directly wherever they are not); a "
+    "rollout's verdict follows its workload's watch event. Needs list and watch on the "
+    "workloads (per namespace, or by name where access is scoped to the declared names) and "
+    "watch on pods; off, every tick reads its workloads and pods and rollouts are polled.",
+)
+@click.option(
     "--leader-elect",
     is_flag=True,
     help="Run as one candidate of several: act only while holding a coordination.k8s.io/v1 "
@@ -616,6 +626,7 @@ def run(
     node_list_lifetime: float,
     pre_pull_pods: bool,
     pre_pull_max_deadline: int,
+    watch_evidence: bool,
     leader_elect: bool,
     leader_election_namespace: str | None,
     leader_election_id: str,
@@ -662,6 +673,7 @@ def run(
         node_list_lifetime=node_list_lifetime,
         pre_pull_pods=pre_pull_pods,
         pre_pull_max_deadline=pre_pull_max_deadline,
+        watch_evidence=watch_evidence,
         planning_delay=planning_delay,
     )
     metrics = Metrics()

@@ -117,6 +117,7 @@ def build_registry(scope: NamespaceScope | None = None) -> kopf.OperatorRegistry
             memo.task.cancel()
             await asyncio.gather(memo.task, return_exceptions=True)
         await memo.scheduler.stop()
+        memo.ticker.close()
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import copy
 import json
 import os
 import socket
@@ -47,7 +48,7 @@ from kubernetes.client.exceptions import ApiException
 
 from imagerefresh.credentials import Credentials, InvalidDockerConfig, parse_docker_config
 from imagerefresh.kube.errors import Forbidden, KubeError, NotFound, NotLeader, translate
-from imagerefresh.kube.selectors import InvalidSelector, label_selector
+from imagerefresh.kube.selectors import InvalidSelector, label_selector, matches
 from imagerefresh.planner import OPERATOR_FIELD_MANAGER, ImagePatch, check_patch
 
 __all__ = [
@@ -173,6 +174,7 @@ class KubeApi:
     ) -> None:
         self.api_client = api_client
         self._timeout = timeout
+        self._streams: kubernetes.client.ApiClient | None = None
         # None: every write may be sent (no leader election). Else asked before each write.
         self.write_gate = write_gate
 
@@ -218,8 +220,25 @@ class KubeApi:
         return cls(kubernetes.client.ApiClient(configuration), timeout=timeout)
 
     def close(self) -> None:
-        """Release the client's connection pool."""
+        """Release the client's connection pools."""
         self.api_client.close()  # type: ignore[no-untyped-call]
+        if self._streams is not None:
+            self._streams.close()  # type: ignore[no-untyped-call]
+
+    @property
+    def timeout(self) -> tuple[float, float]:
+        """(connect, read) seconds of every request."""
+        return self._timeout
+
+    def streams(self, connections: int) -> kubernetes.client.ApiClient:
+        """A client of its own for long-lived watch streams (:mod:`.watch`), with room for
+        ``connections`` of them: each holds a connection while it lasts, and must never take
+        one the requests of ticks need."""
+        if self._streams is None:
+            configuration = copy.copy(self.api_client.configuration)
+            configuration.connection_pool_maxsize = connections
+            self._streams = kubernetes.client.ApiClient(configuration)
+        return self._streams
 
     # -- workloads and pods ---------------------------------------------------------------
 
@@ -273,7 +292,7 @@ class KubeApi:
                 answers[index] = error
             return answers
         for index, selector in valid.items():
-            answers[index] = [pod for pod in pods if _matches(selector, _labels(pod))]
+            answers[index] = [pod for pod in pods if matches(selector, _labels(pod))]
         return answers
 
     def _list_pods(self, namespace: str, query: str) -> list[Json]:
@@ -779,26 +798,6 @@ def _union_query(selectors: Sequence[Mapping[str, Any]]) -> str | None:
 
 def _labels(pod: Mapping[str, Any]) -> Mapping[str, Any]:
     return (pod.get("metadata") or {}).get("labels") or {}
-
-
-def _matches(selector: Mapping[str, Any], labels: Mapping[str, Any]) -> bool:
-    """Whether ``labels`` satisfy a (valid) metav1.LabelSelector, as the API server judges it."""
-    for key, value in (selector.get("matchLabels") or {}).items():
-        if key not in labels or str(labels[key]) != str(value):
-            return False
-    for expression in selector.get("matchExpressions") or ():
-        key, operator = expression["key"], expression["operator"]
-        values = {str(v) for v in expression.get("values") or ()}
-        present = key in labels
-        if operator == "In" and not (present and str(labels[key]) in values):
-            return False
-        if operator == "NotIn" and present and str(labels[key]) in values:
-            return False
-        if operator == "Exists" and not present:
-            return False
-        if operator == "DoesNotExist" and present:
-            return False
-    return True
 
 
 def _segment(value: str) -> str:

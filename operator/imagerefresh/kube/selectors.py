@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["InvalidSelector", "label_selector"]
+__all__ = ["InvalidSelector", "label_selector", "matches"]
 
 
 class InvalidSelector(ValueError):
@@ -44,3 +44,23 @@ def _expression(expression: Mapping[str, Any]) -> str:
     if operator == "DoesNotExist":
         return f"!{key}"
     raise InvalidSelector(f"unknown matchExpressions operator {operator!r} on {key!r}")
+
+
+def matches(selector: Mapping[str, Any], labels: Mapping[str, Any]) -> bool:
+    """Whether ``labels`` satisfy a (valid) metav1.LabelSelector, as the API server judges it."""
+    for key, value in (selector.get("matchLabels") or {}).items():
+        if key not in labels or str(labels[key]) != str(value):
+            return False
+    for expression in selector.get("matchExpressions") or ():
+        key, operator = expression["key"], expression["operator"]
+        values = {str(v) for v in expression.get("values") or ()}
+        present = key in labels
+        if operator == "In" and not (present and str(labels[key]) in values):
+            return False
+        if operator == "NotIn" and present and str(labels[key]) in values:
+            return False
+        if operator == "Exists" and not present:
+            return False
+        if operator == "DoesNotExist" and present:
+            return False
+    return True

@@ -8,6 +8,9 @@ becomes explicit evidence — a target whose reads failed carries the error — 
 fail closed instead of mistaking silence for an answer. What each container's tag is to be
 resolved with (its pull secret's credentials) is decided here too; the registry is asked in
 :mod:`.answers`.
+
+With watches on, workloads and pods come from the watch-fed copies (:mod:`.watches`) wherever
+those are synced, and from the API server wherever they are not: a tick never learns which.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from imagerefresh.credentials import ANONYMOUS, Credentials, credentials_for
 from imagerefresh.kube.api import KubeApi, ReadCache
 from imagerefresh.kube.errors import KubeError
 from imagerefresh.kube.pods import HelperPodApi
+from imagerefresh.kube.selectors import InvalidSelector, label_selector
 from imagerefresh.models import ContainerSpec, PolicySpec, PolicyStatus
 from imagerefresh.offline import NodeInventory
 from imagerefresh.planner import ObservedPod, PolicyView, TargetKey, Workload, in_flight
@@ -33,6 +37,7 @@ from imagerefresh.reference import InvalidReference, parse, registry_host
 from imagerefresh.resolver import ResolutionKey
 from imagerefresh.runtime.config import OperatorConfig
 from imagerefresh.runtime.nodes import NodeReads
+from imagerefresh.runtime.watches import EvidenceWatches
 
 __all__ = [
     "RESET_ANNOTATION",
@@ -128,7 +133,11 @@ def policy_view(policy: Mapping[str, Any], *, follow_up: bool = False) -> Policy
     )
 
 
-def _read_workload(api: KubeApi, key: TargetKey) -> WorkloadRead:
+def _read_workload(api: KubeApi, key: TargetKey, watches: EvidenceWatches | None) -> WorkloadRead:
+    if watches is not None:
+        known, workload = watches.workload(key)
+        if known:
+            return WorkloadRead(workload)
     try:
         return WorkloadRead(api.read_workload(key.kind, key.namespace, key.name))
     except KubeError as error:
@@ -144,8 +153,19 @@ def _read_secrets(api: KubeApi, key: TargetKey, read: WorkloadRead, cache: ReadC
         read.error = read.error or str(error)
 
 
-def _read_pods(api: KubeApi, namespace: str, reads: list[WorkloadRead]) -> None:
+def _read_pods(
+    api: KubeApi, namespace: str, reads: list[WorkloadRead], watches: EvidenceWatches | None
+) -> None:
     selectors = [(read.workload or {})["spec"].get("selector") or {} for read in reads]
+    if watches is not None:
+        unknown = [
+            (read, selector)
+            for read, selector in zip(reads, selectors, strict=True)
+            if not _watched_pods(watches, namespace, read, selector)
+        ]
+        if not unknown:
+            return
+        reads, selectors = [read for read, _ in unknown], [selector for _, selector in unknown]
     for read, pods in zip(reads, api.list_pods_of(namespace, selectors), strict=True):
         if isinstance(pods, KubeError):
             read.error = str(pods)
@@ -154,6 +174,25 @@ def _read_pods(api: KubeApi, namespace: str, reads: list[WorkloadRead]) -> None:
             read.pods = tuple(ObservedPod.from_api(pod) for pod in pods)
         except (KeyError, TypeError, ValueError) as error:
             read.unreadable = unreadable_message(error)
+
+
+def _watched_pods(
+    watches: EvidenceWatches, namespace: str, read: WorkloadRead, selector: Mapping[str, Any]
+) -> bool:
+    """The workload's pods from the watched copy; False when it cannot say (read directly)."""
+    try:
+        label_selector(selector)  # one that cannot be a query is reported by the direct read
+    except InvalidSelector:
+        return False
+    watched = watches.pods(namespace, selector)
+    if watched is None:
+        return False
+    unreadable = next((p.pod for p in watched if isinstance(p.pod, str)), None)
+    if unreadable is not None:
+        read.unreadable = unreadable
+    else:
+        read.pods = tuple(p.pod for p in watched if not isinstance(p.pod, str))
+    return True
 
 
 def _read_helpers(api: KubeApi, namespace: str, reads: list[WorkloadRead]) -> None:
@@ -214,6 +253,7 @@ async def _read_all(
     concurrency: int,
     shared: ReadCache | None,
     pre_pulling: frozenset[TargetKey] = frozenset(),
+    watches: EvidenceWatches | None = None,
 ) -> dict[TargetKey, WorkloadRead]:
     """Every target's workload, then (concurrently) its pods and pull secrets.
 
@@ -229,7 +269,7 @@ async def _read_all(
         async with gate:
             return await asyncio.to_thread(call, api, *args)
 
-    found = await asyncio.gather(*(bounded(_read_workload, key) for key in keys))
+    found = await asyncio.gather(*(bounded(_read_workload, key, watches) for key in keys))
     reads = dict(zip(keys, found, strict=True))
     present = {key: read for key, read in reads.items() if read.workload is not None}
     by_namespace: dict[str, list[WorkloadRead]] = {}
@@ -240,7 +280,10 @@ async def _read_all(
         if key in pre_pulling:
             helpers.setdefault(key.namespace, []).append(read)
     await asyncio.gather(
-        *(bounded(_read_pods, namespace, group) for namespace, group in by_namespace.items()),
+        *(
+            bounded(_read_pods, namespace, group, watches)
+            for namespace, group in by_namespace.items()
+        ),
         *(bounded(_read_helpers, namespace, group) for namespace, group in helpers.items()),
         *(bounded(_read_secrets, key, read, cache) for key, read in present.items()),
     )
@@ -325,10 +368,13 @@ async def read_targets(
     shared_reads: ReadCache | None = None,
     asked_at: float | None = None,
     nodes: NodeReads | None = None,
+    watches: EvidenceWatches | None = None,
 ) -> TargetReads:
     """The API half of a tick's evidence: the policy's view, its workloads, pods and pull
     secrets, and what each container's tag is to be resolved with (see :func:`gather`).
-    ``nodes``: where the nodes' image lists come from (none: node reads are off)."""
+    ``nodes``: where the nodes' image lists come from (none: node reads are off);
+    ``watches``: the watch-fed copies of workloads and pods, read where synced (none: every
+    read goes to the API server)."""
     view = policy_view(policy, follow_up=follow_up)
     spec = view.spec
     found = TargetReads(view, claimed_elsewhere or {})
@@ -345,6 +391,7 @@ async def read_targets(
         config.kube_concurrency,
         None if asked_at is not None else shared_reads,
         _pre_pulling(view, keys) if config.pre_pull_pods and not follow_up else frozenset(),
+        watches,
     )
     if nodes is not None and nodes.enabled and reachable:
         found.reads, found.nodes = await asyncio.gather(workloads, nodes.current(asked_at))

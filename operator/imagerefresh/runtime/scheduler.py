@@ -13,14 +13,16 @@ raw-event handler, which persists nothing) and this scheduler decides when each 
   refresh window opening, a cooldown ending: the tick's ``wake_at``), rather than up to an
   interval later;
 - **follow-up ticks**, while a rollout of ours is in flight (:mod:`imagerefresh.planner.follow`):
-  the in-flight workloads are read every ``follow_period`` seconds (a GET by name, which
-  ``resourceNames`` RBAC allows) and a change of their ``resourceVersion`` — the controller
-  reporting progress, completion or failure — ticks the policy within that period; a rollout
-  that stops changing is ticked once its progress deadline passes. A follow-up judges only the
-  rollouts in flight and asks the registry nothing new. While interval or prompt ticks run,
-  the reads wait for them (at most ``poll_defer`` seconds): the ticks that start refreshes go
-  first, and a fleet's policies ticking together on the grid are not slowed by reads of the
-  rollouts they have just started.
+  a change of an in-flight workload — the controller reporting progress, completion or
+  failure — ticks the policy at once. With watches on (:mod:`.watches`) the change is the watch
+  event itself; a workload no synced watch reports (watches off, a stream broken and not yet
+  listed again) is read every ``follow_period`` seconds instead (a GET by name, which
+  ``resourceNames`` RBAC allows) and a change of its ``resourceVersion`` does the same. A
+  rollout that stops changing is ticked once its progress deadline passes. A follow-up judges
+  only the rollouts in flight and asks the registry nothing new. While interval or prompt
+  ticks run, follow-ups and the reads wait for them (at most ``poll_defer`` seconds): the
+  ticks that start refreshes go first, and a fleet's policies ticking together on the grid
+  are not slowed by the rollouts they have just started.
 
 While a tick waits on registries (a slow or hostile one may take the whole resolution
 deadline), a follow-up of the same policy may run beside it: a verdict or a rollback never
@@ -148,11 +150,20 @@ class Scheduler:
 
     async def run(self) -> None:
         """Tick policies as they fall due, forever (cancel to stop)."""
+        watches = self.ticker.watches
+        if watches is not None:
+            loop = asyncio.get_running_loop()
+
+            def moved(key: TargetKey, version: str) -> None:  # on a watch's thread
+                loop.call_soon_threadsafe(self.moved, key, version)
+
+            watches.listen(moved)
         while True:
             self._changed.clear()
             now = self.clock()
+            ticking = self._ticking()
             for policy in list(self._policies.values()):
-                when, follow_up = policy.next_tick()
+                when, follow_up = self._starts_at(policy, ticking)
                 if when > now:
                     continue
                 if policy.running is None:
@@ -164,7 +175,24 @@ class Scheduler:
                 self._next_poll = now + self.follow_period
                 self._polling = asyncio.create_task(self._poll())
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), timeout=self._sleep(now))
+                await asyncio.wait_for(self._changed.wait(), timeout=self._sleep(now, ticking))
+
+    def moved(self, key: TargetKey, version: str) -> None:
+        """A watch saw ``key`` change: the policies following it judge it now."""
+        for policy in self._policies.values():
+            if key in policy.in_flight.workloads and policy.versions.get(key) != version:
+                log.debug("rollout moved", policy=policy.label, workload=str(key))
+                policy.follow_due = self.clock()
+                self._changed.set()
+
+    def _starts_at(self, policy: _Policy, ticking: bool) -> tuple[float, bool]:
+        """When the policy's next tick starts, and whether it is a follow-up: a follow-up waits
+        while interval or prompt ticks run (at most ``poll_defer``), so the ticks that start
+        refreshes go first."""
+        when, follow_up = policy.next_tick()
+        if follow_up and ticking:
+            when += self.poll_defer
+        return when, follow_up
 
     async def stop(self) -> None:
         """Cancel the ticks in flight (kopf's cleanup)."""
@@ -188,15 +216,28 @@ class Scheduler:
             for policy in self._policies.values()
         )
 
+    def _watched(self, key: TargetKey) -> bool:
+        """Whether a synced watch reports ``key``'s changes (no poll needed)."""
+        watches = self.ticker.watches
+        return watches is not None and watches.version(key) is not None
+
+    def _unwatched(self) -> bool:
+        """Whether some rollout in flight is not reported by a synced watch: it is polled."""
+        return any(
+            not self._watched(key)
+            for policy in self._policies.values()
+            for key in policy.in_flight.workloads
+        )
+
     def _poll_due(self, now: float) -> bool:
         """The reads of rollouts are due every period, but wait for running ticks a while."""
-        if now < self._next_poll:
+        if now < self._next_poll or not self._unwatched():
             return False
         return not self._ticking() or now >= self._next_poll + self.poll_defer
 
-    def _sleep(self, now: float) -> float:
+    def _sleep(self, now: float, ticking: bool) -> float:
         waits = [
-            policy.next_tick()[0] - now
+            self._starts_at(policy, ticking)[0] - now
             for policy in self._policies.values()
             if policy.running is None
         ] + [
@@ -205,7 +246,7 @@ class Scheduler:
             if policy.may_follow_aside and policy.follow_due is not None
         ]
         polling = self._polling is not None and not self._polling.done()
-        if not polling and any(policy.in_flight.workloads for policy in self._policies.values()):
+        if not polling and self._unwatched():
             # A tick that ends wakes the loop; the bound on the wait does not.
             deferred = self.poll_defer if self._ticking() else 0.0
             waits.append(self._next_poll + deferred - now)
@@ -273,6 +314,14 @@ class Scheduler:
             if deadline is not None
             else None
         )
+        watches = self.ticker.watches
+        if watches is None:
+            return
+        for key in policy.in_flight.workloads:  # changed while the tick ran: judge it now
+            seen = watches.version(key)
+            if seen is not None and seen != policy.versions.get(key):
+                policy.follow_due = self.clock()
+                return
 
     async def _poll(self) -> None:
         """Read the in-flight workloads; a changed one makes its policy's follow-up due now.
@@ -285,7 +334,14 @@ class Scheduler:
             for policy in self._policies.values()
             if policy.in_flight.workloads and (policy.running is None or policy.may_follow_aside)
         ]
-        keys = sorted({key for policy in following for key in policy.in_flight.workloads})
+        keys = sorted(
+            {
+                key
+                for policy in following
+                for key in policy.in_flight.workloads
+                if not self._watched(key)
+            }
+        )
         gate = asyncio.Semaphore(self.poll_concurrency)
 
         async def version(key: TargetKey) -> str | None:
@@ -301,7 +357,7 @@ class Scheduler:
             changed = [
                 str(key)
                 for key in sorted(policy.in_flight.workloads)
-                if versions[key] is not None and versions[key] != policy.versions.get(key)
+                if versions.get(key) is not None and versions.get(key) != policy.versions.get(key)
             ]
             if changed:
                 log.debug("rollout moved", policy=policy.label, workloads=changed)

@@ -44,6 +44,7 @@ from imagerefresh.runtime.gather import Gathered, assemble, budgets, gather
 from imagerefresh.runtime.nodes import NodeReads
 from imagerefresh.runtime.reads import PolicyUnreadable, TargetReads, read_targets
 from imagerefresh.runtime.schema import CrdCheck
+from imagerefresh.runtime.watches import EvidenceWatches
 from imagerefresh.verifier import SignatureVerifier
 
 __all__ = ["PolicyTicker", "TickOutcome"]
@@ -110,6 +111,8 @@ class PolicyTicker:
         self.shared_reads = ReadCache(lifetime=config.resolution_window)
         # The nodes' image lists are the cluster's: one LIST per round of ticks, for all.
         self.nodes = NodeReads(api, config)
+        # What the targets name, watched (the scheduler listens for their changes).
+        self.watches = EvidenceWatches(api) if config.watch_evidence else None
         self._slots = asyncio.Semaphore(config.tick_concurrency)
         self._policies: dict[tuple[str, str], _PolicyTicks] = {}
         # Planning is pure and CPU-bound: it runs on a thread of its own, so the event loop —
@@ -125,6 +128,11 @@ class PolicyTicker:
         if self._verifier is None:
             self._verifier = SignatureVerifier(self.resolver.client)
         return self._verifier
+
+    def close(self) -> None:
+        """Stop the watches (the operator's cleanup)."""
+        if self.watches is not None:
+            self.watches.close()
 
     def forget(self, namespace: str, name: str) -> None:
         """The policy is gone: nothing of its ticks is kept."""
@@ -244,6 +252,7 @@ class PolicyTicker:
                 shared_reads=self.shared_reads,
                 asked_at=asked_at,
                 nodes=self.nodes,
+                watches=self.watches,
             )
         except PolicyUnreadable as error:
             await self._unreadable(policy, error, self.clock())

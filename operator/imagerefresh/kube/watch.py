@@ -1,0 +1,362 @@
+"""Watched collections: a local copy of what the API server holds, kept by one LIST and a WATCH.
+
+This is client-go's informer, reduced to what a tick needs. A :class:`Collection` lists a
+collection once (a namespace's Deployments, its pods, or one workload by name with
+``fieldSelector=metadata.name``, which ``resourceNames`` RBAC allows), then watches it from the
+list's ``resourceVersion`` on a thread of its own, applying each event to its copy. A watch the
+API server ends on time is resumed from the last version it delivered (bookmarks keep that
+version fresh while nothing changes), so a quiet collection costs one request per few minutes.
+
+The copy is trusted only while it is **synced**: from the end of a successful LIST until the
+stream breaks. A 410 (the version is too old), a stream cut or stalled, an unreadable event,
+a list refused: the copy is marked unsynced at once, and stays so until a new LIST succeeds. A
+reader asks :meth:`Collection.snapshot` and gets None while unsynced — it must then read the
+API server directly, never decide on what the copy held. A copy can still lag behind the API
+server by the time an event takes to arrive; whatever is written on it carries a precondition
+(JSON Patch ``test`` ops, a status ``resourceVersion``) that a change since fails.
+
+Objects are kept as ``keep`` makes them — the workload's compact JSON, a pod's few fields — so
+that a fleet's copies cost little memory; ``changed`` is told the name and new
+``resourceVersion`` of every object that changed (from the watch thread).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+import structlog
+
+from imagerefresh.kube.api import KubeApi, _send
+from imagerefresh.kube.errors import Forbidden, KubeError, translate
+
+__all__ = ["MAX_ITEMS", "MAX_STREAMS", "Collection", "Snapshot"]
+
+log = structlog.get_logger(__name__)
+
+T = TypeVar("T")
+Json = dict[str, Any]
+
+# The API server ends each watch after about this long; it is resumed from the last version.
+WATCH_SECONDS = 240
+# A stream silent this much longer than its timeout is taken for dead (no event, no end).
+STALL_GRACE = 20.0
+# A collection larger than this is not kept (a namespace of thousands of pods): its readers
+# read directly, as they would without a watch.
+MAX_ITEMS = 5_000
+# Watch streams one process keeps at most (each a thread and a connection); past it, readers
+# read directly.
+MAX_STREAMS = 256
+_PAGE = 500
+_BACKOFF = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+
+
+class _Expired(Exception):
+    """The API server no longer holds the version the watch resumed from (410 Gone)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot(Generic[T]):
+    """The copy as of one synced instant: its objects by name, and the list's version."""
+
+    items: Mapping[str, T]
+    version: str
+
+
+class Collection(Generic[T]):
+    """One collection, listed then watched on a thread; see the module docs."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        path: str,
+        *,
+        what: str,
+        keep: Callable[[Json], T],
+        name: str | None = None,
+        changed: Callable[[str, str], None] | None = None,
+        watch_seconds: int = WATCH_SECONDS,
+    ) -> None:
+        self.api, self.path, self.what, self.keep = api, path, what, keep
+        self.name = name  # one object by name (fieldSelector): what resourceNames RBAC allows
+        self.changed = changed
+        self.watch_seconds = watch_seconds
+        self.refused: KubeError | None = None  # the first LIST was forbidden: never synced
+        self.lists = 0  # LISTs sent (a relist after a break counts)
+        self._lock = threading.Lock()
+        self._items: dict[str, T] = {}
+        self._versions: dict[str, str] = {}
+        self._version = ""
+        self._synced = False
+        self._first = threading.Event()  # the first LIST answered (synced or refused)
+        self._stopped = threading.Event()
+        self._response: Any = None  # the stream being read, to cut it on stop
+        self._resume: str | None = None  # for tests: the version the next watch resumes from
+        self._held = threading.Event()  # for tests: events wait while set (a lagging watch)
+        self._thread = threading.Thread(target=self._run, name=f"watch {what}", daemon=True)
+
+    # --- what readers see ------------------------------------------------------------------
+
+    @property
+    def synced(self) -> bool:
+        with self._lock:
+            return self._synced
+
+    def snapshot(self) -> Snapshot[T] | None:
+        """The copy, or None while it is not synced (read the API server directly then)."""
+        with self._lock:
+            if not self._synced:
+                return None
+            return Snapshot(dict(self._items), self._version)
+
+    def get(self, name: str) -> tuple[bool, T | None]:
+        """(synced, the object or None when absent); an unsynced copy says nothing."""
+        with self._lock:
+            return (True, self._items.get(name)) if self._synced else (False, None)
+
+    def version_of(self, name: str) -> str | None:
+        """The object's resourceVersion in the copy ("" when absent); None while unsynced."""
+        with self._lock:
+            return self._versions.get(name, "") if self._synced else None
+
+    def wait_first_list(self, timeout: float) -> bool:
+        """Whether the first LIST answered within ``timeout`` seconds (synced or refused)."""
+        return self._first.wait(timeout)
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> Collection[T]:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._held.clear()
+        self._unsync()
+        self._cut()
+
+    # --- test seams: faults a real API server or network produces, on demand ---------------
+
+    def cut(self) -> None:
+        """Close the stream being read, as a proxy or a restarting API server would."""
+        self._cut()
+
+    def resume_from(self, version: str) -> None:
+        """End the stream as the API server ends one on time, and resume from ``version`` (an
+        old one makes the API server answer 410 Gone)."""
+        self._resume = version
+        self._cut()
+
+    def hold(self) -> None:
+        """Hold the events that arrive (a watch that lags); :meth:`release` applies them."""
+        self._held.set()
+
+    def release(self) -> None:
+        self._held.clear()
+
+    # --- the thread ----------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        failures = 0
+        while not self._stopped.is_set():
+            try:
+                version = self._relist()
+                failures = 0
+                while not self._stopped.is_set():
+                    version = self._watch(version)
+            except _Expired:
+                self._unsync()
+                log.info("watch expired; listing again", collection=self.what)
+            except KubeError as error:
+                self._unsync()
+                if isinstance(error, Forbidden) and self.lists <= 1:
+                    self.refused = error  # never synced: the caller chooses another way
+                    self._first.set()
+                    return
+                wait = _BACKOFF[min(failures, len(_BACKOFF) - 1)]
+                failures += 1
+                log.info(
+                    "watch broke; reading directly until it is listed again",
+                    collection=self.what,
+                    error=str(error),
+                    retry_in=wait,
+                )
+                self._stopped.wait(wait)
+            except Exception:  # a bug must not leave a copy that looks synced
+                self._unsync()
+                log.exception("watch failed unexpectedly", collection=self.what)
+                self._stopped.wait(_BACKOFF[-1])
+        self._unsync()
+
+    def _unsync(self) -> None:
+        with self._lock:
+            self._synced = False
+
+    def _cut(self) -> None:
+        response = self._response
+        if response is not None:
+            try:
+                response.shutdown()
+            except Exception:  # already closed: the stream is over either way
+                log.debug("closing a watch stream failed", collection=self.what)
+
+    def _query(self) -> list[tuple[str, Any]]:
+        return [("fieldSelector", f"metadata.name={self.name}")] if self.name else []
+
+    def _relist(self) -> str:
+        """LIST the collection into a new copy; its ``resourceVersion``."""
+        self.lists += 1
+        items: dict[str, T] = {}
+        versions: dict[str, str] = {}
+        token: str | None = None
+        while True:
+            query = [*self._query(), ("limit", _PAGE)]
+            if token is not None:
+                query.append(("continue", token))
+            page = self.api._request(f"list {self.what}", "GET", self.path, query=query)
+            for obj in page.get("items") or ():
+                name, version = _identity(obj)
+                items[name], versions[name] = self.keep(obj), version
+            if len(items) > MAX_ITEMS:
+                raise KubeError(
+                    f"list {self.what}: more than {MAX_ITEMS} objects; not kept (read directly)"
+                )
+            metadata = page.get("metadata") or {}
+            token = metadata.get("continue") or None
+            if token is None:
+                version = str(metadata.get("resourceVersion") or "")
+                break
+        with self._lock:
+            before = self._versions
+            self._items, self._versions, self._version = items, versions, version
+            self._synced = True
+        self._first.set()
+        for name in sorted({*before, *versions}):
+            if before.get(name) != versions.get(name):
+                self._tell(name, versions.get(name, ""))
+        return version
+
+    def _watch(self, version: str) -> str:
+        """Watch from ``version`` until the API server ends the stream; the last version seen.
+
+        A stream that ends before its time, is cut or stalls, raises (unsynced until listed).
+        """
+        if self._resume is not None:
+            version, self._resume = self._resume, None
+        query = [
+            *self._query(),
+            ("watch", "true"),
+            ("allowWatchBookmarks", "true"),
+            ("resourceVersion", version),
+            ("timeoutSeconds", str(self.watch_seconds)),
+        ]
+        what = f"watch {self.what}"
+        timeout = (self.api.timeout[0], self.watch_seconds + STALL_GRACE)
+        started = time.monotonic()
+        try:
+            response = _send(
+                self.api.streams(MAX_STREAMS),
+                "GET",
+                self.path,
+                query,
+                {"Accept": "application/json"},
+                None,
+                timeout,
+            )
+        except Exception as error:
+            raise _expired_or(translate(error, what=what)) from error
+        self._response = response
+        try:
+            for event in _events(response):
+                version = self._apply(event, version, what)
+        except (KubeError, _Expired):
+            raise
+        except Exception as error:
+            if self._stopped.is_set() or self._resume is not None:
+                return version  # stopped, or a test ended it "on time" to resume elsewhere
+            raise translate(error, what=f"{what}: the stream broke") from error
+        finally:
+            self._response = None
+            response.release_conn()
+        if self._resume is not None:
+            return version
+        if time.monotonic() - started < self.watch_seconds - 5 and not self._stopped.is_set():
+            raise KubeError(f"{what}: the stream ended early")
+        return version
+
+    def _apply(self, event: Json, version: str, what: str) -> str:
+        while self._held.is_set() and not self._stopped.is_set():
+            time.sleep(0.05)
+        kind, obj = event.get("type"), event.get("object")
+        if not isinstance(obj, dict):
+            raise KubeError(f"{what}: an event without an object")
+        if kind == "ERROR":
+            code = obj.get("code")
+            if code == 410:
+                raise _Expired(obj.get("message"))
+            raise KubeError(
+                f"{what}: the API server ended the watch: {obj.get('message', 'no message')}",
+                status=code if isinstance(code, int) else None,
+            )
+        name, new = _identity(obj)
+        if kind == "BOOKMARK":
+            return new or version
+        if kind not in ("ADDED", "MODIFIED", "DELETED"):
+            raise KubeError(f"{what}: an event of unknown type {kind!r}")
+        kept = self.keep(obj) if kind != "DELETED" else None
+        with self._lock:
+            if kept is None:
+                self._items.pop(name, None)
+                self._versions.pop(name, None)
+            else:
+                if name not in self._items and len(self._items) >= MAX_ITEMS:
+                    raise KubeError(f"{what}: more than {MAX_ITEMS} objects; not kept")
+                self._items[name], self._versions[name] = kept, new
+            self._version = new or self._version
+        self._tell(name, "" if kept is None else new)
+        return new or version
+
+    def _tell(self, name: str, version: str) -> None:
+        if self.changed is not None:
+            try:
+                self.changed(name, version)
+            except Exception:  # a listener's bug must not break the copy
+                log.exception("watch listener failed", collection=self.what)
+
+
+def _expired_or(error: KubeError) -> Exception:
+    return _Expired(str(error)) if error.status == 410 else error
+
+
+def _identity(obj: Mapping[str, Any]) -> tuple[str, str]:
+    metadata = obj.get("metadata")
+    if not isinstance(metadata, dict) or not isinstance(metadata.get("name", ""), str):
+        raise KubeError("a watched object without metadata.name")
+    return str(metadata.get("name") or ""), str(metadata.get("resourceVersion") or "")
+
+
+def _events(response: Any) -> Iterator[Json]:
+    """The watch events of a streamed answer, one JSON object per line, as they arrive."""
+    pending = b""
+    for chunk in response.stream(65_536, decode_content=True):
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            if line.strip():
+                yield _event(line)
+    if pending.strip():
+        yield _event(pending)
+
+
+def _event(line: bytes) -> Json:
+    try:
+        event = json.loads(line)
+    except ValueError as error:
+        raise KubeError(f"a watch event that is not JSON: {error}") from error
+    if not isinstance(event, dict):
+        raise KubeError("a watch event that is not an object")
+    return event
