@@ -33,6 +33,7 @@ from imagerefresh.reference import InvalidReference, parse, registry_host
 from imagerefresh.resolver import ResolutionKey
 from imagerefresh.runtime.config import OperatorConfig
 from imagerefresh.runtime.nodes import NodeReads
+from imagerefresh.runtime.schedule import on_clock
 
 __all__ = [
     "RESET_ANNOTATION",
@@ -315,6 +316,13 @@ class TargetReads:
     nodes: NodeInventory | None = None
 
 
+def _shared(reads: ReadCache | None, round_at: float | None) -> ReadCache | None:
+    """``reads`` as the ticks of the round of ``round_at`` (epoch seconds) see them."""
+    if reads is None or round_at is None:
+        return reads
+    return reads.for_round(on_clock(reads.clock, round_at))
+
+
 async def read_targets(
     policy: Mapping[str, Any],
     *,
@@ -324,11 +332,14 @@ async def read_targets(
     follow_up: bool = False,
     shared_reads: ReadCache | None = None,
     asked_at: float | None = None,
+    round_at: float | None = None,
     nodes: NodeReads | None = None,
 ) -> TargetReads:
     """The API half of a tick's evidence: the policy's view, its workloads, pods and pull
     secrets, and what each container's tag is to be resolved with (see :func:`gather`).
-    ``nodes``: where the nodes' image lists come from (none: node reads are off)."""
+    ``nodes``: where the nodes' image lists come from (none: node reads are off).
+    ``round_at`` (epoch seconds): an interval tick's grid instant — it shares the reads of its
+    round in ``shared_reads`` (see :meth:`ReadCache.for_round`); a tick asked for shares none."""
     view = policy_view(policy, follow_up=follow_up)
     spec = view.spec
     found = TargetReads(view, claimed_elsewhere or {})
@@ -343,7 +354,7 @@ async def read_targets(
         api,
         reachable,
         config.kube_concurrency,
-        None if asked_at is not None else shared_reads,
+        _shared(shared_reads, round_at) if asked_at is None else None,
         _pre_pulling(view, keys) if config.pre_pull_pods and not follow_up else frozenset(),
     )
     if nodes is not None and nodes.enabled and reachable:
