@@ -20,6 +20,7 @@ from imagerefresh.planner.evidence import SignatureOutcome, SignaturesUnreadable
 from imagerefresh.reference import InvalidReference, parse, registry_host
 from imagerefresh.registry import RegistryUnavailable
 from imagerefresh.resolver import (
+    ROUND_HORIZON,
     ChildrenOutcome,
     ResolutionKey,
     ResolutionOutcome,
@@ -180,10 +181,17 @@ async def verify_signatures(
     if known is not None:
         verdicts: Verdicts = {r: known.get(r) or _not_verified(r) for r in requests.values()}
     else:
+        # A round far behind is judged no earlier than the horizon ago (its resolver answers
+        # are forgotten by then too): a late tick of it is no more lenient than that.
+        judged_at = (
+            max(on_clock(verifier.clock, round_at), verifier.clock() - ROUND_HORIZON)
+            if round_at is not None
+            else None
+        )
         verdicts = await verifier.verify(
             requests.values(),
             since=on_clock(verifier.clock, asked_at) if asked_at is not None else None,
-            round_at=on_clock(verifier.clock, round_at) if round_at is not None else None,
+            round_at=judged_at,
         )
     signatures: Signatures = {}
     for (key, name), request in requests.items():
