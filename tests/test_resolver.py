@@ -8,8 +8,8 @@ import pytest
 import structlog
 
 from imagerefresh.credentials import Credentials
-from imagerefresh.ratelimit import RequestKind
-from imagerefresh.reference import parse
+from imagerefresh.ratelimit import RateLimitReport, RequestKind
+from imagerefresh.reference import ImageReference, parse
 from imagerefresh.registry import (
     ManifestNotFound,
     RegistryAuthError,
@@ -17,7 +17,7 @@ from imagerefresh.registry import (
     RegistryInternalError,
     Resolution,
 )
-from imagerefresh.resolver import ResolutionKey, SharedResolver, resolve_all
+from imagerefresh.resolver import ROUND_HORIZON, ResolutionKey, SharedResolver, resolve_all
 
 from support.hub_front import HubFront
 from support.registry_env import ImagePusher
@@ -228,3 +228,87 @@ async def test_a_follow_up_takes_the_last_answer_whatever_its_age_and_asks_only_
         clock.now = 600.0 + 86_401
         await shared.resolve([missing], remembered=True)
         assert heads() == 5
+
+
+class CountingClient:
+    """A registry that answers every request with a new digest and counts the requests."""
+
+    def __init__(self) -> None:
+        self.requests = 0
+
+    async def resolve(
+        self, reference: ImageReference, credentials: Credentials | None = None
+    ) -> Resolution:
+        self.requests += 1
+        return Resolution(
+            reference, f"sha256:{self.requests:064x}", "r.test", RateLimitReport(), RequestKind.HEAD
+        )
+
+
+ROUND = 1_000.0  # a round's grid instant, on the resolver's clock
+APP = ResolutionKey.of(parse("r.test/round/app:prod"))
+
+
+def anchored_resolver() -> tuple[SharedResolver, CountingClient, Clock]:
+    client, clock = CountingClient(), Clock()
+    return SharedResolver(client, window=10, clock=clock), client, clock  # type: ignore[arg-type]
+
+
+async def test_a_slow_round_s_late_ticks_share_its_answers_and_the_next_round_asks_again() -> None:
+    shared, client, clock = anchored_resolver()
+    clock.now = ROUND + 1  # the round's first tick asks
+    first = await shared.resolve([APP], round_at=ROUND)
+    clock.now = ROUND + 25  # a late tick of the same round, long past the window from now
+    late = await shared.resolve([APP], round_at=ROUND)
+    assert client.requests == 1
+    assert late[APP] == first[APP]
+    clock.now = ROUND + 30  # the next round (a 30 s interval) asks afresh
+    await shared.resolve([APP], round_at=ROUND + 30)
+    assert client.requests == 2
+
+
+async def test_a_tick_asked_for_in_a_round_still_takes_no_answer_from_before_it() -> None:
+    shared, client, clock = anchored_resolver()
+    clock.now = ROUND + 1
+    await shared.resolve([APP], round_at=ROUND)
+    clock.now = ROUND + 5
+    await shared.resolve([APP], since=ROUND + 4, round_at=ROUND)  # since wins over the round
+    assert client.requests == 2
+
+
+async def test_an_answer_from_before_the_round_s_window_is_not_the_round_s() -> None:
+    shared, client, clock = anchored_resolver()
+    clock.now = ROUND - 11  # a prompt tick, more than a window before the grid instant
+    await shared.resolve([APP])
+    clock.now = ROUND
+    await shared.resolve([APP], round_at=ROUND)
+    assert client.requests == 2
+    clock.now = ROUND + 20  # one within the window before the instant is the round's
+    await shared.resolve([APP], round_at=ROUND + 5)
+    assert client.requests == 2
+
+
+async def test_a_tick_without_a_round_measures_the_window_from_now() -> None:
+    shared, client, clock = anchored_resolver()
+    clock.now = ROUND + 1
+    await shared.resolve([APP], round_at=ROUND)
+    clock.now = ROUND + 10.9
+    await shared.resolve([APP])
+    assert client.requests == 1
+    clock.now = ROUND + 11.1
+    await shared.resolve([APP])
+    assert client.requests == 2
+
+
+async def test_a_round_shares_no_answer_older_than_the_horizon_and_memory_stays_bounded() -> None:
+    shared, client, clock = anchored_resolver()
+    clock.now = ROUND + 1
+    await shared.resolve([APP], round_at=ROUND)
+    clock.now = ROUND + 1 + ROUND_HORIZON + 1  # a round still running, far behind
+    await shared.resolve([APP], round_at=ROUND)
+    assert client.requests == 2
+    for index in range(20):
+        await shared.resolve([ResolutionKey.of(parse(f"r.test/round/a{index}:prod"))])
+    clock.now += ROUND_HORIZON + 1
+    await shared.resolve([APP], round_at=clock.now)
+    assert len(shared._recent) == 1  # one entry per reference asked within the horizon

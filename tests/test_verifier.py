@@ -220,3 +220,22 @@ def test_an_untrusted_verdict_is_as_old_as_its_lookup_s_start() -> None:
 
     assert isinstance(asyncio.run(slow_lookup()), Untrusted)
     assert isinstance(outcome(v, request(D2), since=clock.now - 1), Verified)
+
+
+def test_a_slow_round_s_late_ticks_take_its_verdicts_and_the_next_round_looks_up_again() -> None:
+    recorder, clock = Recorder(), Clock()
+    v = verifier(recorder, clock)
+    unsigned, grid = request(D2, interval=30.0), 2000.0  # the CRD's shortest interval
+
+    def in_round(round_at: float | None) -> object:
+        return asyncio.run(v.verify([unsigned], round_at=round_at))[unsigned]
+
+    clock.now = grid + 1  # the round's first tick looks the digest up
+    assert isinstance(in_round(grid), Untrusted)
+    asks = len(recorder.asked)
+    clock.now = grid + 25  # past half the interval from that lookup: a late tick of the round
+    assert isinstance(in_round(grid), Untrusted)
+    assert len(recorder.asked) == asks
+    clock.now = grid + 31  # the next round looks it up again
+    assert isinstance(in_round(grid + 30), Untrusted)
+    assert len(recorder.asked) > asks

@@ -480,7 +480,8 @@ def _runtime_parts(
     "--resolution-window",
     default=10.0,
     show_default=True,
-    help="Seconds a registry answer is shared across policies.",
+    help="Seconds a registry answer is shared across policies (from the round's grid instant, "
+    "for interval ticks).",
 )
 @click.option(
     "--registry-deadline",

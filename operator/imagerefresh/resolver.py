@@ -5,7 +5,15 @@ one resolution per tick. :class:`SharedResolver` collapses duplicates, asks the 
 concurrently (the client bounds how many at once per registry host, the wait for a turn inside
 each resolution's deadline) and remembers each answer for a short window, so that all
 policies ticking within that window share it (and an in-flight request is joined, never
-repeated). The platform
+repeated).
+
+Interval ticks come in rounds: every policy of one interval ticks at the same grid instant
+(:mod:`imagerefresh.runtime.schedule`), but a fleet's round may take longer than the window to
+get through every policy. So an interval tick measures the window from its round's grid
+instant, not from the moment it asks: it shares any answer whose request started within the
+window before that instant or at any time since, and a slow round costs one request per
+reference like a fast one. Other ticks (no grid instant) measure it from now. The
+platform
 manifests of an index (asked for only when pods report a digest other than the one resolved,
 as runtimes built on containers/image do) are read once per index digest and remembered for
 good: an index digest's content never changes, so steady state sends no GET. Failures are values
@@ -38,6 +46,7 @@ from imagerefresh.registry import RegistryClient, RegistryError, RegistryInterna
 
 __all__ = [
     "MAX_REMEMBERED_INDEXES",
+    "ROUND_HORIZON",
     "ChildrenOutcome",
     "ResolutionKey",
     "ResolutionOutcome",
@@ -50,6 +59,12 @@ log = structlog.get_logger(__name__)
 # How long a last answer is kept for follow-up ticks: past any interval, so a reference of a
 # deleted policy is forgotten eventually rather than kept for the operator's life.
 REMEMBERED_FOR = 86_400.0
+# How long an answer is kept for the rest of its round, however slow the round (longer than any
+# window). A fleet's round lasts tens of seconds, each resolution ends by the registry deadline
+# (20 s by default): a round still running after five minutes is an operator far behind, and
+# its late ticks had better ask again than take an answer this old. It bounds memory too: one
+# entry per reference asked within it.
+ROUND_HORIZON = 300.0
 # Index digests whose platform manifests are remembered; each entry is a few hundred bytes.
 MAX_REMEMBERED_INDEXES = 4096
 
@@ -71,7 +86,8 @@ class ResolutionKey:
 
 
 class SharedResolver:
-    """Resolutions shared across callers for ``window`` seconds."""
+    """Resolutions shared across callers for ``window`` seconds (from a round's grid instant,
+    for the ticks of a round; see the module docs)."""
 
     def __init__(
         self,
@@ -136,13 +152,15 @@ class SharedResolver:
         return await task
 
     def _task(
-        self, key: ResolutionKey, now: float, since: float | None = None
+        self, key: ResolutionKey, now: float, since: float | None, anchor: float
     ) -> asyncio.Task[ResolutionOutcome]:
+        """The request for ``key`` to share, or a new one. ``anchor``: the instant the window
+        is measured from (now, or the grid instant of the caller's round)."""
         recent = self._recent.get(key)
         if (
             recent is not None
             and (since is None or recent[0] >= since)
-            and (not recent[1].done() or now - recent[0] < self.window)
+            and (not recent[1].done() or anchor - recent[0] < self.window)
         ):
             return recent[1]
         task = asyncio.ensure_future(self._ask(key))
@@ -155,19 +173,26 @@ class SharedResolver:
         *,
         remembered: bool = False,
         since: float | None = None,
+        round_at: float | None = None,
     ) -> dict[ResolutionKey, ResolutionOutcome]:
         """Resolve each unique key once: the resolution, or the error that blocked it.
 
         ``remembered``: take the last answer for a key when there is one, whatever its age
         (a follow-up tick); only keys never asked go to the registry. ``since`` (on this
-        resolver's clock): share no request that started before it (a tick asked for then).
+        resolver's clock): share no request that started before it (a tick asked for then);
+        it wins over ``round_at``. ``round_at`` (on this resolver's clock): the grid instant
+        of the interval tick's round — the window is measured from it, so every tick of the
+        round shares the round's answers however long the round lasts (up to
+        :data:`ROUND_HORIZON`); a later instant than now counts as now.
         """
         now = self.clock()
-        self._forget_before(now - self.window, now - REMEMBERED_FOR)
+        anchor = now if round_at is None else min(now, round_at)
+        # Kept past the window while a round may still use them (the horizon bounds that).
+        self._forget_before(now - max(self.window, ROUND_HORIZON), now - REMEMBERED_FOR)
         unique = list(dict.fromkeys(ResolutionKey.of(k.reference, k.credentials) for k in keys))
         known = {k: self._last[k][1] for k in unique if remembered and k in self._last}
         asked = [key for key in unique if key not in known]
-        results = await asyncio.gather(*(self._task(key, now, since) for key in asked))
+        results = await asyncio.gather(*(self._task(key, now, since, anchor) for key in asked))
         return known | dict(zip(asked, results, strict=True))
 
     def _forget_before(self, cutoff: float, forgotten: float) -> None:

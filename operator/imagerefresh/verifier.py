@@ -18,7 +18,10 @@ fails to answer is not remembered: the next tick asks again, and meanwhile nothi
 A verdict is as old as the lookup that concluded it — its reads may have come before a signature
 was pushed, however late its answer — so a tick asked for shares no lookup that started before it
 was asked (as resolutions do), and a lookup that started earlier never overwrites what a later
-one concluded.
+one concluded. An interval tick's backoff is measured at its round's grid instant rather than
+when it asks, as the resolver measures its window: the late ticks of a slow round take the
+verdicts its first ticks took or concluded, and do not look up again what the round already
+looked up.
 
 The order of the lookups keeps the cost down: the legacy ``.sig`` tag first (one HEAD when
 there is none), the referrers only when it verified nothing. Callers asking about the same
@@ -101,19 +104,29 @@ class SignatureVerifier:
         ] = {}
 
     async def verify(
-        self, requests: Iterable[VerifyRequest], *, since: float | None = None
+        self,
+        requests: Iterable[VerifyRequest],
+        *,
+        since: float | None = None,
+        round_at: float | None = None,
     ) -> dict[VerifyRequest, SignatureOutcome]:
         """A verdict for each request: remembered, or looked up now.
 
         ``since`` (this verifier's clock): a tick asked for then — an untrusted verdict
         whose lookup started before it is asked again, whatever its backoff, and no lookup
-        that started before it is shared.
+        that started before it is shared. ``round_at`` (this verifier's clock): the grid
+        instant of an interval tick's round — whether a backoff is over is judged at that
+        instant (a later one than now counts as now), so every tick of the round judges alike.
         """
+        now = self.clock()
+        judged_at = now if round_at is None else min(now, round_at)
         unique = list(dict.fromkeys(requests))
-        outcomes = await asyncio.gather(*(self._outcome(r, since) for r in unique))
+        outcomes = await asyncio.gather(*(self._outcome(r, since, judged_at) for r in unique))
         return dict(zip(unique, outcomes, strict=True))
 
-    def _fresh(self, request: VerifyRequest, since: float | None) -> Verified | Untrusted | None:
+    def _fresh(
+        self, request: VerifyRequest, since: float | None, judged_at: float
+    ) -> Verified | Untrusted | None:
         remembered = self._verdicts.get(request.memo)
         if remembered is None:
             return None
@@ -125,10 +138,12 @@ class SignatureVerifier:
         # Half an interval of slack: the next tick of the interval always asks again.
         backoff = min(request.interval * 2 ** (remembered.misses - 1), MAX_BACKOFF)
         due = remembered.at + backoff - request.interval / 2
-        return remembered.verdict if self.clock() < due else None
+        return remembered.verdict if judged_at < due else None
 
-    async def _outcome(self, request: VerifyRequest, since: float | None) -> SignatureOutcome:
-        fresh = self._fresh(request, since)
+    async def _outcome(
+        self, request: VerifyRequest, since: float | None, judged_at: float
+    ) -> SignatureOutcome:
+        fresh = self._fresh(request, since, judged_at)
         if fresh is not None:
             return fresh
         memo = request.memo

@@ -298,3 +298,31 @@ def test_a_shared_read_cache_drops_what_it_may_no_longer_use() -> None:
     clock.now += 10.0
     cache.get("fresh", lambda: "answer")
     assert len(cache) == 1  # bounded by one window's reads, not the operator's life
+
+
+def test_a_round_shares_its_reads_however_long_it_lasts_and_the_next_round_reads_again() -> None:
+    clock = Clock()
+    cache = ReadCache(lifetime=10.0, clock=clock, horizon=300.0)
+    answers = iter(["round", "next round", "unanchored"])
+    key = ("ServiceAccount", "ns", "default")
+    grid = clock.now
+
+    clock.now = grid + 1  # the round's first tick reads
+    assert cache.for_round(grid).get(key, lambda: next(answers)) == "round"
+    clock.now = grid + 25  # a late tick of the round, long past the lifetime from now
+    assert cache.for_round(grid).get(key, lambda: next(answers)) == "round"
+    clock.now = grid + 30  # the next round reads again
+    assert cache.for_round(grid + 30).get(key, lambda: next(answers)) == "next round"
+    clock.now = grid + 41  # a tick of no round: the lifetime from now
+    assert cache.get(key, lambda: next(answers)) == "unanchored"
+
+
+def test_a_round_s_reads_are_kept_no_longer_than_the_horizon() -> None:
+    clock = Clock()
+    cache = ReadCache(lifetime=10.0, clock=clock, horizon=300.0)
+    grid = clock.now
+    for index in range(50):
+        cache.get(index, lambda: "answer")
+    clock.now = grid + 300  # a round this far behind takes none of them
+    assert cache.for_round(grid).get(0, lambda: "read again") == "read again"
+    assert len(cache) == 1

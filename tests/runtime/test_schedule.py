@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
+import time
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from imagerefresh.runtime.schedule import MIN_GAP_SECONDS, seconds_until_next_tick
+from imagerefresh.runtime.schedule import MIN_GAP_SECONDS, on_clock, seconds_until_next_tick
 
 intervals = st.floats(min_value=30, max_value=86400, allow_nan=False)
 moments = st.floats(min_value=1.6e9, max_value=2.0e9, allow_nan=False)
@@ -58,3 +59,13 @@ def test_a_timer_waking_a_hair_early_does_not_tick_twice() -> None:
 def test_an_interval_that_is_not_a_positive_number_is_refused(interval: float) -> None:
     with pytest.raises(ValueError, match="positive number"):
         seconds_until_next_tick(interval, 1_800_000_000.0)
+
+
+def test_a_grid_instant_is_handed_to_a_monotonic_clock_by_its_age_and_never_later_than_now() -> (
+    None
+):
+    def monotonic() -> float:
+        return 500.0
+
+    assert on_clock(monotonic, time.time() - 20) == pytest.approx(480.0, abs=1.0)
+    assert on_clock(monotonic, time.time() + 60) == 500.0  # a clock that stepped back: now

@@ -64,6 +64,7 @@ class Ticker:
     metrics: Metrics = field(default_factory=Metrics)
     calls: list[bool] = field(default_factory=list)  # follow_up of each tick
     asked: list[float | None] = field(default_factory=list)  # asked_at of each tick
+    rounds: list[float | None] = field(default_factory=list)  # round_at of each tick
     next: list[object] = field(default_factory=list)  # outcomes (or errors) to hand out
     # Cleared: every tick waits for it (a tick that takes a while).
     ticking: asyncio.Event = field(default_factory=asyncio.Event)
@@ -86,10 +87,12 @@ class Ticker:
         *,
         follow_up: bool = False,
         asked_at: float | None = None,
+        round_at: float | None = None,
         resolving: Callable[[bool], None] | None = None,
     ) -> Any:
         self.calls.append(follow_up)
         self.asked.append(asked_at)
+        self.rounds.append(round_at)
         assert (resolving is None) == follow_up  # only interval and prompt ticks may step aside
         if resolving is not None and not self.registry.is_set():
             resolving(True)
@@ -345,6 +348,25 @@ async def test_a_tick_someone_asked_for_says_when_and_the_grid_and_follow_ups_do
     await until(lambda: len(ticker.calls) == 4)
     assert ticker.calls == [False, False, True, False]
     assert ticker.asked == [None, start, None, None]
+    assert ticker.rounds == [None, None, None, 1_000_800.0]  # only the grid's tick has a round
+
+
+async def test_an_interval_tick_names_its_round_however_late_and_wakes_and_retries_name_none(
+    running: tuple[Scheduler, Ticker, Clock],
+) -> None:
+    scheduler, ticker, clock = running
+    start, grid = clock.now, 1_000_800.0
+    ticker.next = [waiting(start + 300), KubeUnavailable("down")]
+    scheduler.observe("uid", "ns", "p", INTERVAL, 1)
+    await at(scheduler, clock, start)  # first seen
+    await until(lambda: len(ticker.calls) == 1)
+    await at(scheduler, clock, start + 300)  # a window opens (wake_at); the tick fails
+    await until(lambda: len(ticker.calls) == 2)
+    await at(scheduler, clock, start + 330)  # the retry
+    await until(lambda: len(ticker.calls) == 3)
+    await at(scheduler, clock, grid + 25)  # the grid's tick, started late (a busy round)
+    await until(lambda: len(ticker.calls) == 4)
+    assert ticker.rounds == [None, None, None, grid]
 
 
 async def test_a_rollout_is_judged_while_its_policy_s_tick_waits_on_a_registry(

@@ -108,14 +108,40 @@ class ReadCache:
     and no answer is used once it is older than ``lifetime``. An error is the answer only for
     the askers already waiting for it: the next one reads again, so a transient failure is
     never remembered.
+
+    The ticks of one round of the grid see it through :meth:`for_round`: an answer's age is
+    measured at the round's instant, so a round that takes longer than ``lifetime`` still
+    reads each once (as the resolver shares its registry answers). Answers are kept for
+    ``horizon`` seconds (at least ``lifetime``) for such a round, and never used past it.
     """
 
     def __init__(
-        self, lifetime: float | None = None, clock: Callable[[], float] = time.monotonic
+        self,
+        lifetime: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        horizon: float = 0.0,
     ) -> None:
         self._lock = threading.Lock()
         self._answers: dict[Hashable, tuple[Future[Any], float]] = {}
         self._lifetime, self._clock = lifetime, clock
+        self._kept = max(lifetime, horizon) if lifetime is not None else None
+        self._round: float | None = None  # the round's instant, in a view of :meth:`for_round`
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        """The clock the ages of answers are measured on."""
+        return self._clock
+
+    def for_round(self, round_at: float | None) -> ReadCache:
+        """This cache as the ticks of the round of ``round_at`` (on :attr:`clock`) see it: the
+        same answers, aged at that instant (a later one than now counts as now). None, or a
+        cache without a lifetime: this cache as it is."""
+        if round_at is None or self._lifetime is None:
+            return self
+        view = copy.copy(self)  # shares the answers and the lock: only the instant differs
+        view._round = round_at
+        return view
 
     def get(self, key: Hashable, read: Callable[[], T]) -> T:
         with self._lock:
@@ -145,13 +171,17 @@ class ReadCache:
             return len(self._answers)
 
     def _expired(self, entry: tuple[Future[Any], float], now: float) -> bool:
-        return self._lifetime is not None and now - entry[1] >= self._lifetime
+        if self._lifetime is None or self._kept is None:
+            return False
+        aged_at = now if self._round is None else min(now, self._round)
+        return aged_at - entry[1] >= self._lifetime or now - entry[1] >= self._kept
 
     def _forget_expired(self, now: float) -> None:
-        """Drop the answers too old to use (the cache never outgrows one window's reads)."""
-        if self._lifetime is None:
+        """Drop the answers no round may use any more (the cache never outgrows the reads of
+        its horizon, or of one window without one)."""
+        if self._kept is None:
             return
-        for key in [k for k, entry in self._answers.items() if self._expired(entry, now)]:
+        for key in [k for k, entry in self._answers.items() if now - entry[1] >= self._kept]:
             del self._answers[key]
 
 

@@ -6,13 +6,13 @@ slow or hostile registry holds only the ticks that need it. Failures are values:
 registry would not give is :class:`~imagerefresh.planner.Unresolved`, signatures it would not
 let be read are :class:`~imagerefresh.planner.evidence.SignaturesUnreadable` — never silence.
 A tick that read its workloads again after waiting on a registry passes the answers it already
-has (``known``) and asks nothing again.
+has (``known``) and asks nothing again. An interval tick passes its round's grid instant
+(``round_at``): the answers it shares are those of its round, however long the round lasts.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Mapping
 
 from imagerefresh.planner import DigestOutcome, Resolved, TargetKey, Unresolved
@@ -20,12 +20,14 @@ from imagerefresh.planner.evidence import SignatureOutcome, SignaturesUnreadable
 from imagerefresh.reference import InvalidReference, parse, registry_host
 from imagerefresh.registry import RegistryUnavailable
 from imagerefresh.resolver import (
+    ROUND_HORIZON,
     ChildrenOutcome,
     ResolutionKey,
     ResolutionOutcome,
     SharedResolver,
 )
 from imagerefresh.runtime.reads import TargetReads, WorkloadRead
+from imagerefresh.runtime.schedule import on_clock
 from imagerefresh.verifier import SignatureVerifier, VerifyRequest
 
 __all__ = [
@@ -62,10 +64,15 @@ async def resolve_digests(
     *,
     follow_up: bool = False,
     asked_at: float | None = None,
+    round_at: float | None = None,
     known: Outcomes | None = None,
 ) -> tuple[Digests, Outcomes]:
     """The registry half: each wanted tag's digest (and, where pods report another, the index's
     platform manifests), as :class:`Resolved` or :class:`Unresolved`; and the raw outcomes.
+
+    ``asked_at`` (epoch seconds): a tick asked for then shares no answer asked before it.
+    ``round_at`` (epoch seconds): the grid instant of an interval tick's round, from which the
+    resolver's window is measured (see :class:`~imagerefresh.resolver.SharedResolver`).
 
     ``known``: answers this tick already has; a key not among them is not asked (it is
     unresolved this tick) — for a tick that read its workloads again after waiting on a
@@ -77,11 +84,13 @@ async def resolve_digests(
             k: known.get(k) or _not_asked(k) for k in dict.fromkeys(wanted.values())
         }
     else:
-        # The resolver keeps its own clock: the instant asked for, as that clock read it then.
-        since = (
-            resolver.clock() - max(0.0, time.time() - asked_at) if asked_at is not None else None
+        # The resolver keeps its own clock: each instant as that clock read it then.
+        outcomes = await resolver.resolve(
+            wanted.values(),
+            remembered=follow_up,
+            since=on_clock(resolver.clock, asked_at) if asked_at is not None else None,
+            round_at=on_clock(resolver.clock, round_at) if round_at is not None else None,
         )
-        outcomes = await resolver.resolve(wanted.values(), remembered=follow_up, since=since)
     # Where pods report another digest than the tag resolved to, it may be one of the index's
     # platform manifests (containers/image runtimes report those): read the index's children.
     # A tag the registry answered with a single-platform manifest has none: no request.
@@ -155,10 +164,15 @@ async def verify_signatures(
     verifier: SignatureVerifier,
     *,
     asked_at: float | None = None,
+    round_at: float | None = None,
     known: Verdicts | None = None,
 ) -> tuple[Signatures, Verdicts]:
     """With ``spec.verify``: each container's desired digest's signatures, as the verifier
     finds them (remembered, or read now); and the raw verdicts.
+
+    ``asked_at`` and ``round_at`` (epoch seconds) as for :func:`resolve_digests`: an untrusted
+    verdict's backoff is measured at the round's grid instant, so a slow round's late ticks
+    take the verdicts its first ticks saw.
 
     ``known``: verdicts this tick already has; a digest not among them is not looked up (it
     is unreadable this tick) — for a tick that read again after waiting on a registry.
@@ -167,10 +181,18 @@ async def verify_signatures(
     if known is not None:
         verdicts: Verdicts = {r: known.get(r) or _not_verified(r) for r in requests.values()}
     else:
-        since = (
-            verifier.clock() - max(0.0, time.time() - asked_at) if asked_at is not None else None
+        # A round far behind is judged no earlier than the horizon ago (its resolver answers
+        # are forgotten by then too): a late tick of it is no more lenient than that.
+        judged_at = (
+            max(on_clock(verifier.clock, round_at), verifier.clock() - ROUND_HORIZON)
+            if round_at is not None
+            else None
         )
-        verdicts = await verifier.verify(requests.values(), since=since)
+        verdicts = await verifier.verify(
+            requests.values(),
+            since=on_clock(verifier.clock, asked_at) if asked_at is not None else None,
+            round_at=judged_at,
+        )
     signatures: Signatures = {}
     for (key, name), request in requests.items():
         signatures.setdefault(key, {})[name] = verdicts[request]

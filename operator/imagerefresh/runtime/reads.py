@@ -37,6 +37,7 @@ from imagerefresh.reference import InvalidReference, parse, registry_host
 from imagerefresh.resolver import ResolutionKey
 from imagerefresh.runtime.config import OperatorConfig
 from imagerefresh.runtime.nodes import NodeReads
+from imagerefresh.runtime.schedule import on_clock
 from imagerefresh.runtime.watches import EvidenceWatches
 
 __all__ = [
@@ -358,6 +359,13 @@ class TargetReads:
     nodes: NodeInventory | None = None
 
 
+def _shared(reads: ReadCache | None, round_at: float | None) -> ReadCache | None:
+    """``reads`` as the ticks of the round of ``round_at`` (epoch seconds) see them."""
+    if reads is None or round_at is None:
+        return reads
+    return reads.for_round(on_clock(reads.clock, round_at))
+
+
 async def read_targets(
     policy: Mapping[str, Any],
     *,
@@ -367,12 +375,15 @@ async def read_targets(
     follow_up: bool = False,
     shared_reads: ReadCache | None = None,
     asked_at: float | None = None,
+    round_at: float | None = None,
     nodes: NodeReads | None = None,
     watches: EvidenceWatches | None = None,
 ) -> TargetReads:
     """The API half of a tick's evidence: the policy's view, its workloads, pods and pull
     secrets, and what each container's tag is to be resolved with (see :func:`gather`).
-    ``nodes``: where the nodes' image lists come from (none: node reads are off);
+    ``nodes``: where the nodes' image lists come from (none: node reads are off).
+    ``round_at`` (epoch seconds): an interval tick's grid instant — it shares the reads of its
+    round in ``shared_reads`` (see :meth:`ReadCache.for_round`); a tick asked for shares none.
     ``watches``: the watch-fed copies of workloads and pods, read where synced (none: every
     read goes to the API server)."""
     view = policy_view(policy, follow_up=follow_up)
@@ -389,7 +400,7 @@ async def read_targets(
         api,
         reachable,
         config.kube_concurrency,
-        None if asked_at is not None else shared_reads,
+        _shared(shared_reads, round_at) if asked_at is None else None,
         _pre_pulling(view, keys) if config.pre_pull_pods and not follow_up else frozenset(),
         watches,
     )

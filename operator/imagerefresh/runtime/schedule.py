@@ -14,14 +14,20 @@ A tick outside the grid (start-up, a spec change, ``refresh-now``) does not move
 next instant is never closer than :data:`MIN_GAP_SECONDS`: a tick that ran just before an
 instant already saw what that instant would see, and a timer waking a hair early must not tick
 twice.
+
+The instants of the grid are also what the ticks of one round share: an interval tick carries
+its grid instant (``round_at``) down to the resolver, which measures its window from it, so a
+round that takes long to get through every policy still asks each registry once.
 """
 
 from __future__ import annotations
 
 import math
 import random
+import time
+from collections.abc import Callable
 
-__all__ = ["MIN_GAP_SECONDS", "random_phase", "seconds_until_next_tick"]
+__all__ = ["MIN_GAP_SECONDS", "on_clock", "random_phase", "seconds_until_next_tick"]
 
 MIN_GAP_SECONDS = 1.0
 _PHASE_RANGE_SECONDS = 24 * 3600.0
@@ -45,3 +51,13 @@ def seconds_until_next_tick(interval: float, now: float, phase: float = 0.0) -> 
     if delay < MIN_GAP_SECONDS:
         delay += interval
     return delay
+
+
+def on_clock(clock: Callable[[], float], at: float) -> float:
+    """The instant ``at`` (epoch seconds, as the scheduler reads time) as ``clock`` read it.
+
+    The resolver, the verifier and the shared reads keep monotonic clocks, which a change of
+    the wall clock does not move; an instant is handed down as epoch seconds and converted
+    here, by its age. One in the future (a clock that stepped back) counts as now.
+    """
+    return clock() - max(0.0, time.time() - at)

@@ -6,7 +6,11 @@ they serve, so a policy (and its namespace) deleted while the operator is away s
 raw-event handler, which persists nothing) and this scheduler decides when each one ticks:
 
 - **interval ticks**, on the grid of :mod:`.schedule` (policies of one interval tick together
-  and share registry answers);
+  and share registry answers). Each tells the ticker the grid instant it belongs to
+  (``round_at``): the registry answers of a round are shared by all of its ticks however long
+  the round takes to get through a fleet, the resolver's window being measured from that
+  instant. Only a tick that starts at a grid instant has one: a retry, a ``wake_at`` tick or a
+  prompt tick is of no round;
 - **prompt ticks**, at once, when a policy is first seen or its spec, reset, refresh-now or
   refresh-outside-window annotation changes (such a tick takes no registry answer whose
   request started before it was asked for), and when what a drifted target waits for comes (a
@@ -66,6 +70,7 @@ class _Policy:
     interval: float
     trigger: Hashable
     due: float = 0.0  # the next interval tick (epoch seconds); 0: at once
+    grid: float | None = None  # the grid instant ``due`` was last set to (equal: on the grid)
     follow_due: float | None = None  # the next follow-up tick, if one is owed
     in_flight: InFlight = NOTHING_IN_FLIGHT
     versions: dict[TargetKey, str] = field(default_factory=dict)
@@ -131,7 +136,9 @@ class Scheduler:
                 policy.trigger, policy.due, policy.asked_at = trigger, 0.0, self.clock()
             if policy.interval != interval:
                 policy.interval = interval
-                policy.due = min(policy.due, self._grid_after(interval, self.clock()))
+                grid = self._grid_after(interval, self.clock())
+                if grid < policy.due:
+                    policy.due = policy.grid = grid
         self._changed.set()
 
     def forget(self, uid: str) -> None:
@@ -257,10 +264,12 @@ class Scheduler:
 
     async def _tick(self, policy: _Policy, follow_up: bool, *, aside: bool = False) -> None:
         started = self.clock()
-        asked_at = None
+        asked_at = round_at = None
         if not follow_up:
-            policy.due = self._grid_after(policy.interval, started)
             asked_at, policy.asked_at = policy.asked_at, None
+            if asked_at is None and policy.due == policy.grid:
+                round_at = policy.due  # an interval tick: its round's registry answers
+            policy.due = policy.grid = self._grid_after(policy.interval, started)
 
         def resolving(waiting: bool) -> None:
             policy.resolving = waiting
@@ -272,6 +281,7 @@ class Scheduler:
                 policy.name,
                 follow_up=follow_up,
                 asked_at=asked_at,
+                round_at=round_at,
                 resolving=None if follow_up else resolving,
             )
         except KubeError as error:

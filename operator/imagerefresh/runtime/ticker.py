@@ -2,7 +2,8 @@
 
 :class:`PolicyTicker` holds what lives as long as the operator — the Kubernetes API facade,
 the shared resolver (one registry request per unique reference across every policy ticking in
-the same window), the rate-limit ledger, the metrics — and runs a policy's tick on demand.
+the same window, or in the same round of the grid), the rate-limit ledger, the metrics — and
+runs a policy's tick on demand.
 The handlers decide *when*; this module decides nothing itself (that is the planner's job).
 """
 
@@ -34,7 +35,7 @@ from imagerefresh.planner import (
 )
 from imagerefresh.planner.actions import HelperPodCreate
 from imagerefresh.ratelimit import RateLimitLedger, Reservation
-from imagerefresh.resolver import SharedResolver
+from imagerefresh.resolver import ROUND_HORIZON, SharedResolver
 from imagerefresh.runtime.answers import Digests, Signatures, resolve_digests, verify_signatures
 from imagerefresh.runtime.apply import Applied, apply_plan, mark_unreadable
 from imagerefresh.runtime.claims import ClaimIndex
@@ -107,8 +108,9 @@ class PolicyTicker:
         # reach claims nothing.
         self.claims = ClaimIndex(config.namespaces)
         # Policies ticking together share their ServiceAccount and pull-secret reads, as they
-        # share registry answers: within the resolution window, never older than it.
-        self.shared_reads = ReadCache(lifetime=config.resolution_window)
+        # share registry answers: within the resolution window (from the grid instant, for a
+        # round's ticks), never older than it.
+        self.shared_reads = ReadCache(lifetime=config.resolution_window, horizon=ROUND_HORIZON)
         # The nodes' image lists are the cluster's: one LIST per round of ticks, for all.
         self.nodes = NodeReads(api, config)
         # What the targets name, watched (the scheduler listens for their changes).
@@ -165,6 +167,7 @@ class PolicyTicker:
         *,
         follow_up: bool = False,
         asked_at: float | None = None,
+        round_at: float | None = None,
         resolving: Callable[[bool], None] | None = None,
     ) -> TickOutcome | None:
         """Run one tick of the policy; None when it no longer exists (or cannot be read).
@@ -172,8 +175,11 @@ class PolicyTicker:
         ``follow_up``: judge only the rollouts in flight, between interval ticks (see
         :mod:`imagerefresh.planner.follow`). ``asked_at``: when someone asked for this tick
         (a new trigger, epoch seconds): nothing read before then is taken for an answer (see
-        :func:`.gather`). ``resolving`` is told when the tick starts (True) and stops (False)
-        waiting on registries: meanwhile another tick of the policy may run (a follow-up).
+        :func:`.gather`). ``round_at``: the grid instant an interval tick belongs to (epoch
+        seconds): however late in its round it runs, it shares the round's registry answers and
+        reads (see :class:`~imagerefresh.resolver.SharedResolver`). ``resolving`` is told when
+        the tick starts (True) and stops (False) waiting on registries: meanwhile another tick
+        of the policy may run (a follow-up).
 
         The tick reads, then asks the registries, then decides and applies. Reading and
         deciding take one of the ticker's slots — they bound how many ticks' API objects are
@@ -188,7 +194,7 @@ class PolicyTicker:
         ticks = self._policies.setdefault((namespace, name), _PolicyTicks())
         try:
             async with ticks.lock, self._slots:
-                read = await self._read(namespace, name, follow_up, asked_at)
+                read = await self._read(namespace, name, follow_up, asked_at, round_at)
                 seen = ticks.decided
             if read is None or isinstance(read, PolicyUnreadable):
                 outcome = _unread(read)
@@ -198,17 +204,21 @@ class PolicyTicker:
                 resolving(True)
             try:
                 digests, answers = await resolve_digests(
-                    found, self.resolver, follow_up=follow_up, asked_at=asked_at
+                    found,
+                    self.resolver,
+                    follow_up=follow_up,
+                    asked_at=asked_at,
+                    round_at=round_at,
                 )
                 signatures, verdicts = await verify_signatures(
-                    found, digests, self.verifier, asked_at=asked_at
+                    found, digests, self.verifier, asked_at=asked_at, round_at=round_at
                 )
             finally:
                 if resolving is not None:
                     resolving(False)
             async with ticks.lock, self._slots:
                 if ticks.decided != seen:
-                    read = await self._read(namespace, name, follow_up, None)
+                    read = await self._read(namespace, name, follow_up, None, round_at)
                     if read is None or isinstance(read, PolicyUnreadable):
                         outcome = _unread(read)
                         return None
@@ -234,7 +244,12 @@ class PolicyTicker:
                 self.metrics.last_tick.labels(namespace, name).set(time.time())
 
     async def _read(
-        self, namespace: str, name: str, follow_up: bool, asked_at: float | None
+        self,
+        namespace: str,
+        name: str,
+        follow_up: bool,
+        asked_at: float | None,
+        round_at: float | None,
     ) -> tuple[dict[str, Any], TargetReads] | PolicyUnreadable | None:
         """The policy and its targets' reads; None when it is gone, or why it is unreadable
         (already reported in its status)."""
@@ -251,6 +266,7 @@ class PolicyTicker:
                 follow_up=follow_up,
                 shared_reads=self.shared_reads,
                 asked_at=asked_at,
+                round_at=round_at,
                 nodes=self.nodes,
                 watches=self.watches,
             )
