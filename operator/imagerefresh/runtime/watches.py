@@ -121,11 +121,17 @@ class EvidenceWatches:
 
     def version(self, key: TargetKey) -> str | None:
         """The workload's resourceVersion in a synced copy ("" when absent); None: unknown."""
+        collection = self.covering(key)
+        return collection.version_of(key.name) if collection is not None else None
+
+    def covering(self, key: TargetKey) -> Collection[bytes] | None:
+        """The copy that holds ``key``'s workload, if one was started and not refused."""
         with self._lock:
-            collection = self._named.get(key) or self._workloads.get((str(key.kind), key.namespace))
-        if collection is None or collection.refused is not None:
-            return None
-        return collection.version_of(key.name)
+            shared = self._workloads.get((str(key.kind), key.namespace))
+            if shared is not None and shared.refused is None:
+                return shared
+            named = self._named.get(key)
+        return named if named is not None and named.refused is None else None
 
     def close(self) -> None:
         with self._lock:

@@ -1,0 +1,213 @@
+"""Watched collections against the real API server: synced only between a LIST and a break.
+
+The faults are the API server's own: a watch resumed from a version it no longer holds is
+answered 410 Gone; a stream closed under the reader; a LIST the caller's RBAC refuses. Each
+leaves the copy unsynced (a reader gets nothing to decide on) until a new LIST succeeds.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from imagerefresh.kube.api import KubeApi
+from imagerefresh.kube.errors import Forbidden
+from imagerefresh.kube.watch import Collection
+
+from support.accounts import service_account_kubeconfig
+from support.cluster_env import Cluster, eventually
+from support.operator_env import kwok_pod_template
+
+pytestmark = pytest.mark.cluster
+
+
+def _deployment(name: str, image: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": name}},
+            "template": kwok_pod_template({"app": image}, labels={"app": name}),
+        },
+    }
+
+
+def _image(obj: dict[str, Any] | None) -> str | None:
+    return None if obj is None else obj["spec"]["template"]["spec"]["containers"][0]["image"]
+
+
+def _collection(api: KubeApi, ns: str, name: str | None = None, **kwargs: Any) -> Collection[Any]:
+    return Collection(
+        api,
+        f"/apis/apps/v1/namespaces/{ns}/deployments",
+        what=f"deployments in {ns}",
+        keep=lambda obj: obj,
+        name=name,
+        **kwargs,
+    )
+
+
+def _image_in_copy(collection: Collection[Any], name: str) -> str | None:
+    synced, obj = collection.get(name)
+    return _image(obj) if synced else None
+
+
+def test_a_copy_is_synced_by_its_list_and_follows_every_change_telling_the_listener(
+    cluster: Cluster, policy_namespace: str
+) -> None:
+    ns = policy_namespace
+    cluster.apply(_deployment("app", "example.test/app:1"), namespace=ns)
+    api = KubeApi.from_environment(cluster.kubeconfig)
+    told: list[tuple[str, str]] = []
+    collection = _collection(api, ns, changed=lambda n, v: told.append((n, v))).start()
+    try:
+        assert collection.wait_first_list(30)
+        eventually(lambda: collection.synced, what="the first list", timeout=30)
+        assert _image_in_copy(collection, "app") == "example.test/app:1"
+        cluster.kubectl("set", "image", "-n", ns, "deployment/app", "app=example.test/app:2")
+        eventually(
+            lambda: _image_in_copy(collection, "app") == "example.test/app:2",
+            what="the watch to deliver the change",
+            timeout=30,
+        )
+        stored = cluster.get("deployment", "app", "-n", ns)["metadata"]["resourceVersion"]
+        eventually(lambda: ("app", stored) in told or None, what="the listener told", timeout=30)
+        cluster.kubectl("delete", "deployment", "app", "-n", ns)
+        eventually(lambda: collection.get("app") == (True, None), what="the deletion", timeout=30)
+        assert collection.lists == 1  # no relist: the stream never broke
+    finally:
+        collection.stop()
+    assert collection.snapshot() is None  # stopped: it says nothing any more
+
+
+def test_a_watch_the_api_server_answers_410_gone_unsyncs_the_copy_until_it_lists_again(
+    cluster: Cluster, policy_namespace: str
+) -> None:
+    ns = policy_namespace
+    cluster.apply(_deployment("app", "example.test/app:1"), namespace=ns)
+    api = KubeApi.from_environment(cluster.kubeconfig)
+    collection = _collection(api, ns).start()
+    try:
+        eventually(lambda: collection.synced, what="the first list", timeout=30)
+        collection.hold()  # what arrives waits: the 410 is seen only after the change below
+        collection.resume_from("1")  # long compacted: the API server answers 410 Gone
+        cluster.kubectl("set", "image", "-n", ns, "deployment/app", "app=example.test/app:2")
+        assert _image_in_copy(collection, "app") == "example.test/app:1"  # held, not yet seen
+        collection.release()
+        eventually(lambda: collection.lists == 2, what="a new list after the 410", timeout=30)
+        eventually(
+            lambda: _image_in_copy(collection, "app") == "example.test/app:2",
+            what="the change, from the new list",
+            timeout=30,
+        )
+    finally:
+        collection.stop()
+
+
+def test_a_stream_cut_under_the_reader_unsyncs_the_copy_and_the_new_list_misses_nothing(
+    cluster: Cluster, policy_namespace: str
+) -> None:
+    ns = policy_namespace
+    cluster.apply(_deployment("app", "example.test/app:1"), namespace=ns)
+    api = KubeApi.from_environment(cluster.kubeconfig)
+    unsynced = threading.Event()
+    collection = _collection(api, ns)
+    original = collection._unsync
+
+    def watched_unsync() -> None:
+        unsynced.set()
+        original()
+
+    collection._unsync = watched_unsync  # type: ignore[method-assign]
+    collection.start()
+    try:
+        eventually(lambda: collection.synced, what="the first list", timeout=30)
+        collection.hold()
+        collection.cut()  # the connection closes while the reader waits on it
+        cluster.kubectl("set", "image", "-n", ns, "deployment/app", "app=example.test/app:2")
+        collection.release()
+        assert unsynced.wait(30), "a cut stream must unsync the copy"
+        eventually(lambda: collection.lists == 2, what="a new list after the cut", timeout=30)
+        eventually(
+            lambda: _image_in_copy(collection, "app") == "example.test/app:2",
+            what="the change made while the stream was down",
+            timeout=30,
+        )
+    finally:
+        collection.stop()
+
+
+def test_a_list_rbac_refuses_leaves_the_copy_unsynced_and_says_why(
+    cluster: Cluster, policy_namespace: str, tmp_path: Path
+) -> None:
+    ns = policy_namespace
+    cluster.apply(_deployment("app", "example.test/app:1"), namespace=ns)
+    kubeconfig = service_account_kubeconfig(cluster, ns, "default", tmp_path / "kc")
+    collection = _collection(KubeApi.from_environment(str(kubeconfig)), ns).start()
+    try:
+        assert collection.wait_first_list(30)
+        assert isinstance(collection.refused, Forbidden)
+        assert collection.snapshot() is None
+        assert collection.get("app") == (False, None)
+    finally:
+        collection.stop()
+
+
+def test_one_workload_by_name_is_watched_with_only_resource_names_rbac(
+    cluster: Cluster, policy_namespace: str, tmp_path: Path
+) -> None:
+    ns = policy_namespace
+    cluster.apply(
+        _deployment("app", "example.test/app:1"),
+        _deployment("other", "example.test/other:1"),
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": "named"},
+            "rules": [
+                {
+                    "apiGroups": ["apps"],
+                    "resources": ["deployments"],
+                    "resourceNames": ["app"],
+                    "verbs": ["get", "list", "watch"],
+                }
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "named"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "named"},
+            "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": ns}],
+        },
+        namespace=ns,
+    )
+    api = KubeApi.from_environment(
+        str(service_account_kubeconfig(cluster, ns, "default", tmp_path / "kc"))
+    )
+    whole = _collection(api, ns).start()
+    named = _collection(api, ns, name="app").start()
+    try:
+        assert whole.wait_first_list(30)
+        assert isinstance(whole.refused, Forbidden)  # the namespace's list is not ours
+        eventually(lambda: named.synced, what="the by-name list", timeout=30)
+        snapshot = named.snapshot()
+        assert snapshot is not None
+        assert set(snapshot.items) == {"app"}
+        cluster.kubectl("set", "image", "-n", ns, "deployment/app", "app=example.test/app:2")
+        cluster.kubectl("set", "image", "-n", ns, "deployment/other", "app=example.test/other:2")
+        eventually(
+            lambda: _image_in_copy(named, "app") == "example.test/app:2",
+            what="the named workload's change",
+            timeout=30,
+        )
+        assert named.lists == 1
+        assert set(named.snapshot().items) == {"app"}  # type: ignore[union-attr]
+    finally:
+        whole.stop()
+        named.stop()
