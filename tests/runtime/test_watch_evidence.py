@@ -72,7 +72,7 @@ def _synced(ticker: PolicyTicker, key: TargetKey) -> bool:
 
 
 def _pinned(cluster: Cluster, ns: str, digest: str) -> bool:
-    return images(cluster, ns, "app")["app"].endswith(digest)
+    return str(images(cluster, ns, "app")["app"]).endswith(digest)
 
 
 async def test_a_tick_on_synced_copies_reads_no_workload_or_pod_and_still_pins_the_new_digest(
@@ -254,7 +254,8 @@ async def test_a_watch_broken_mid_rollout_still_yields_the_verdict_and_is_listed
     key = TargetKey(WorkloadKind.DEPLOYMENT, ns, "app")
 
     def phase() -> str | None:
-        return target_status(cluster, ns, "app").get("phase")
+        found = target_status(cluster, ns, "app").get("phase")
+        return str(found) if found is not None else None
 
     def current_on(digest: str) -> bool:
         return phase() == "Current" and _pinned(cluster, ns, digest)
