@@ -108,7 +108,7 @@ class ApiWindow:
         cost = Cost(ticks=ticks)
         for (verb, resource, sub), count in delta.items():
             what = f"{verb} {resource}{'/' + sub if sub else ''}"
-            if verb in ("GET", "LIST") and resource in READ_RESOURCES:
+            if verb in ("GET", "LIST", "WATCH") and resource in READ_RESOURCES:
                 cost.reads[what] += count
             elif verb == "PATCH" and resource in WORKLOADS and not sub:
                 cost.writes[what] += count

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
@@ -46,10 +47,35 @@ class RolloutState(StrEnum):
 class RolloutVerdict:
     state: RolloutState
     message: str
+    # When the controller reported a FAILED verdict (its condition's lastUpdateTime).
+    reported_at: datetime | None = None
+
+    def failed_since(self, started_at: datetime) -> bool:
+        """Whether the controller reports a failure of the rollout started at ``started_at``.
+
+        A Deployment keeps its ProgressDeadlineExceeded condition until it sees progress, so
+        right after a new rollout starts (and the controller observed its spec) the condition
+        may still be the previous rollout's. One reported no later than the new rollout's
+        start is that: a rollout's own deadline is at least a second after its start, and
+        both instants are whole seconds.
+        """
+        if self.state is not RolloutState.FAILED:
+            return False
+        return self.reported_at is None or self.reported_at > started_at
 
     @property
     def settled(self) -> bool:
         return self.state is RolloutState.COMPLETE
+
+
+def _timestamp(value: object) -> datetime | None:
+    """An RFC 3339 time of the API (``2026-12-04T14:20:16Z``); None when absent or unreadable."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
 
 
 def _int(mapping: Mapping[str, Any], key: str, default: int = 0) -> int:
@@ -77,6 +103,7 @@ def deployment_verdict(workload: Workload) -> RolloutVerdict:
             return RolloutVerdict(
                 RolloutState.FAILED,
                 "the Deployment exceeded its progress deadline" + (f": {detail}" if detail else ""),
+                _timestamp(condition.get("lastUpdateTime")),
             )
     desired = _int(spec, "replicas", 1)
     updated = _int(status, "updatedReplicas")

@@ -7,7 +7,7 @@ other targets' skip streaks still count interval ticks.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -323,6 +323,43 @@ def test_a_rollback_the_controller_gave_up_on_says_the_controllers_words() -> No
         "has not settled: the Deployment exceeded its progress deadline: "
         'ReplicaSet "jm-1" has timed out progressing.'
     )
+
+
+def _stamp(when: datetime) -> str:
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@pytest.mark.parametrize(
+    ("reported", "judged"),
+    [
+        (-timedelta(seconds=1), "RollingBack"),  # the failed refresh's condition, still shown
+        (timedelta(0), "RollingBack"),  # the same second as the rollback's start: still its
+        (timedelta(seconds=1), "RollbackStalled"),  # reported after the start: the rollback's
+    ],
+)
+def test_a_deadline_condition_from_before_the_rollback_started_is_not_the_rollback_s(
+    reported: timedelta, judged: str
+) -> None:
+    """The controller keeps ProgressDeadlineExceeded until it sees progress: right after the
+    rollback's patch is observed, the condition still says the refresh timed out."""
+    tick = rolling_back()
+    started = tick.now
+    deadline = [
+        {
+            "type": "Progressing",
+            "status": "False",
+            "reason": "ProgressDeadlineExceeded",
+            "lastUpdateTime": _stamp(started + reported),
+        }
+    ]
+    tick.now = started + timedelta(seconds=2)
+    failed = rolled_back_deployment(available=0, conditions=deadline)
+    plan = tick.run({JOBS: evidence(failed, digests={"api": D2})}, advance=timedelta(0))
+    if judged == "RollbackStalled":
+        assert "RollbackStalled" in [e.reason for e in plan.events]
+    else:
+        assert "RollbackStalled" not in [e.reason for e in plan.events]
+        assert tick.target("jobs-manager").phase.value == judged
 
 
 def test_a_follow_up_keeps_the_registries_the_interval_tick_reported() -> None:

@@ -59,8 +59,29 @@ class Metrics:
 
 
 @dataclass
+class Watches:
+    """Watch-fed copies as the scheduler sees them: a version per watched workload."""
+
+    versions: dict[TargetKey, str] = field(default_factory=dict)  # watched and synced
+    listener: Callable[[TargetKey, str], None] | None = None
+
+    def listen(self, listener: Callable[[TargetKey, str], None]) -> None:
+        self.listener = listener
+
+    def version(self, key: TargetKey) -> str | None:
+        return self.versions.get(key)
+
+    def change(self, key: TargetKey, version: str) -> None:
+        """A watch delivers a change (from its own thread)."""
+        self.versions[key] = version
+        assert self.listener is not None
+        threading.Thread(target=self.listener, args=(key, version)).start()
+
+
+@dataclass
 class Ticker:
     api: Api = field(default_factory=Api)
+    watches: Watches | None = None
     metrics: Metrics = field(default_factory=Metrics)
     calls: list[bool] = field(default_factory=list)  # follow_up of each tick
     asked: list[float | None] = field(default_factory=list)  # asked_at of each tick
@@ -222,6 +243,73 @@ async def test_a_rollout_in_flight_is_followed_when_its_workload_changes(
     reads = ticker.api.reads
     await at(scheduler, clock, start + 20)
     assert ticker.api.reads == reads  # nothing in flight: nothing read
+
+
+@pytest.fixture
+async def watched() -> AsyncIterator[tuple[Scheduler, Ticker, Clock]]:
+    ticker, clock = Ticker(watches=Watches({APP: "1"})), Clock()
+    scheduler = Scheduler(ticker, phase=0.0, follow_period=2.0, retry_delay=30.0, clock=clock)  # type: ignore[arg-type]
+    task = asyncio.create_task(scheduler.run())
+    yield scheduler, ticker, clock
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    await scheduler.stop()
+
+
+async def test_a_watched_rollout_is_judged_on_its_watch_event_and_never_polled(
+    watched: tuple[Scheduler, Ticker, Clock],
+) -> None:
+    scheduler, ticker, clock = watched
+    assert ticker.watches is not None
+    start = clock.now
+    ticker.next = [flying(deadline=start + 600)]
+    scheduler.observe("uid", "ns", "p", INTERVAL, 1)
+    await at(scheduler, clock, start)
+    await until(lambda: len(ticker.calls) == 1)
+    for step in range(1, 4):  # a synced watch reports it: nothing is read, no tick
+        await at(scheduler, clock, start + 2 * step)
+    assert ticker.calls == [False]
+    assert ticker.api.reads == 0
+    ticker.next = [None]  # the follow-up judges it: nothing in flight any more
+    ticker.watches.change(APP, "2")  # the controller reported progress, clock unmoved
+    await until(lambda: ticker.calls == [False, True])
+    assert ticker.api.reads == 0
+
+
+async def test_a_rollout_whose_watch_is_not_synced_is_polled_until_it_is(
+    watched: tuple[Scheduler, Ticker, Clock],
+) -> None:
+    scheduler, ticker, clock = watched
+    assert ticker.watches is not None
+    ticker.watches.versions.clear()  # the stream broke: no synced copy reports it
+    start = clock.now
+    ticker.next = [flying(deadline=start + 600)]
+    scheduler.observe("uid", "ns", "p", INTERVAL, 1)
+    await at(scheduler, clock, start)
+    await until(lambda: len(ticker.calls) == 1)
+    await at(scheduler, clock, start + 2)
+    await until(lambda: ticker.api.reads >= 1)
+    ticker.api.version = "2"
+    ticker.next = [None]
+    await at(scheduler, clock, start + 4)
+    await until(lambda: ticker.calls == [False, True])
+
+
+async def test_a_change_the_watch_saw_while_the_tick_ran_is_judged_when_it_ends(
+    watched: tuple[Scheduler, Ticker, Clock],
+) -> None:
+    scheduler, ticker, clock = watched
+    assert ticker.watches is not None
+    start = clock.now
+    ticker.ticking.clear()  # the first tick takes a while
+    ticker.next = [flying(deadline=start + 600), None]
+    scheduler.observe("uid", "ns", "p", INTERVAL, 1)
+    await at(scheduler, clock, start)
+    await until(lambda: len(ticker.calls) == 1)
+    ticker.watches.change(APP, "2")  # after the tick read "1", before it ended
+    await asyncio.sleep(0.05)
+    ticker.ticking.set()
+    await until(lambda: ticker.calls == [False, True])  # no poll, no deadline: the event
 
 
 async def test_a_rollout_that_stops_changing_is_judged_at_its_deadline_and_never_spins(

@@ -238,7 +238,7 @@ class Scheduler:
 
     def _poll_due(self, now: float) -> bool:
         """The reads of rollouts are due every period, but wait for running ticks a while."""
-        if now < self._next_poll or not self._unwatched():
+        if now < self._next_poll:
             return False
         return not self._ticking() or now >= self._next_poll + self.poll_defer
 

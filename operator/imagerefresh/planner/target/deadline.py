@@ -15,7 +15,7 @@ from imagerefresh.planner.evidence import Workload
 from imagerefresh.planner.target.decision import Decision
 from imagerefresh.rollout import RolloutProgress
 
-__all__ = ["stalled", "timed_out", "track_progress"]
+__all__ = ["controller_failed", "stalled", "timed_out", "track_progress"]
 
 
 def track_progress(
@@ -42,6 +42,12 @@ def track_progress(
     tracked = pending.model_copy(update=changes)
     decision.update(pending=tracked)
     return tracked
+
+
+def controller_failed(decision: Decision, workload: Workload, pending: PendingRefresh) -> bool:
+    """Whether the workload's controller reports our rollout failed — not a failure of the
+    rollout before it that its status still shows (:meth:`RolloutVerdict.failed_since`)."""
+    return workload.verdict.failed_since(pending.started_at)
 
 
 def timed_out(decision: Decision, pending: PendingRefresh) -> bool:

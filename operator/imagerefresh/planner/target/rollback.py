@@ -14,9 +14,13 @@ from imagerefresh.models import PendingPurpose, PendingRefresh, Phase
 from imagerefresh.planner import reasons
 from imagerefresh.planner.evidence import Workload
 from imagerefresh.planner.follow import owed_retry_at
-from imagerefresh.planner.target.deadline import stalled, timed_out, track_progress
+from imagerefresh.planner.target.deadline import (
+    controller_failed,
+    stalled,
+    timed_out,
+    track_progress,
+)
 from imagerefresh.planner.target.decision import Decision, TargetOutcome
-from imagerefresh.rollout import RolloutState
 
 __all__ = ["judge_rollback", "owe_rollback", "send_rollback"]
 
@@ -50,10 +54,10 @@ def judge_rollback(
         decision.update(pending=None)
         decision.event("Normal", reasons.ROLLED_BACK, f"{decision.key} rolled back to {restored}")
         return None
-    if workload.verdict.state is RolloutState.FAILED or timed_out(decision, pending):
+    failed = controller_failed(decision, workload, pending)
+    if failed or timed_out(decision, pending):
         # Never roll back a rollback: stop following it; the skip streak takes over.
         decision.update(pending=None)
-        failed = workload.verdict.state is RolloutState.FAILED
         why = workload.verdict.message if failed else stalled(decision, pending)
         decision.event(
             "Warning",

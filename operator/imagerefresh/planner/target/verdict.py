@@ -22,11 +22,15 @@ from imagerefresh.models.status import MAX_FAILED_BUILDS
 from imagerefresh.planner import reasons
 from imagerefresh.planner.evidence import Resolved, Workload
 from imagerefresh.planner.lockstep import Judged, Result
-from imagerefresh.planner.target.deadline import stalled, timed_out, track_progress
+from imagerefresh.planner.target.deadline import (
+    controller_failed,
+    stalled,
+    timed_out,
+    track_progress,
+)
 from imagerefresh.planner.target.decision import Decision, TargetOutcome, short
 from imagerefresh.planner.target.rollback import send_rollback
 from imagerefresh.reference import parse
-from imagerefresh.rollout import RolloutState
 
 __all__ = ["judge_refresh"]
 
@@ -38,7 +42,7 @@ def judge_refresh(
     pending = track_progress(decision, workload, pending)
     # A refresh that settled while its lockstep peers rolled on has done its part.
     settled = workload.verdict.settled or pending.settled_at is not None
-    failed = workload.verdict.state is RolloutState.FAILED or timed_out(decision, pending)
+    failed = controller_failed(decision, workload, pending) or timed_out(decision, pending)
     result = Result.SETTLED if settled else Result.FAILED if failed else Result.IN_FLIGHT
     decision.outcome.judged = Judged(pending, result)
     peers_failed = decision.orders.roll_back
@@ -51,7 +55,7 @@ def judge_refresh(
     if settled:
         _succeed(decision, pending)
         return None
-    if workload.verdict.state is RolloutState.FAILED:
+    if controller_failed(decision, workload, pending):
         return _fail_refresh(decision, workload, pending, workload.verdict.message)
     if timed_out(decision, pending):
         return _fail_refresh(decision, workload, pending, stalled(decision, pending))
