@@ -8,6 +8,7 @@ leaves the copy unsynced (a reader gets nothing to decide on) until a new LIST s
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -211,3 +212,65 @@ def test_one_workload_by_name_is_watched_with_only_resource_names_rbac(
     finally:
         whole.stop()
         named.stop()
+
+
+def test_a_collection_past_its_bound_is_not_kept_and_not_listed_again(
+    cluster: Cluster, policy_namespace: str
+) -> None:
+    ns = policy_namespace
+    cluster.apply(*(_deployment(f"app-{i}", "example.test/app:1") for i in range(3)), namespace=ns)
+    api = KubeApi.from_environment(cluster.kubeconfig)
+    collection = _collection(api, ns, max_items=2).start()
+    try:
+        assert collection.wait_first_list(30)
+        assert collection.refused is not None
+        assert "more than 2 objects" in str(collection.refused)
+        assert collection.snapshot() is None
+        time.sleep(1.5)  # what must NOT happen: a relist loop (the backoff starts at 0.5 s)
+        assert collection.lists == 1
+    finally:
+        collection.stop()
+
+
+def test_rbac_revoked_mid_run_stops_the_copy_for_good_not_a_relist_loop(
+    cluster: Cluster, policy_namespace: str, tmp_path: Path
+) -> None:
+    ns = policy_namespace
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": "lister"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "lister"},
+        "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": ns}],
+    }
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": "lister"},
+        "rules": [
+            {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["list", "watch"]}
+        ],
+    }
+    cluster.apply(_deployment("app", "example.test/app:1"), role, binding, namespace=ns)
+    api = KubeApi.from_environment(
+        str(service_account_kubeconfig(cluster, ns, "default", tmp_path / "kc"))
+    )
+    collection = _collection(api, ns).start()
+    try:
+        eventually(lambda: collection.synced, what="the first list", timeout=30)
+        cluster.kubectl("delete", "rolebinding", "lister", "-n", ns)
+        eventually(lambda: _refused_after_cut(collection), what="the relist refused", timeout=30)
+        assert collection.snapshot() is None
+        lists = collection.lists
+        time.sleep(1.5)  # what must NOT happen: a relist every backoff
+        assert collection.lists == lists
+    finally:
+        collection.stop()
+
+
+def _refused_after_cut(collection: Collection[Any]) -> bool:
+    """Cut the stream (the next LIST meets the RBAC as it is now); whether it was refused."""
+    if collection.refused is None:
+        collection.cut()
+        time.sleep(0.3)
+    return isinstance(collection.refused, Forbidden)

@@ -55,6 +55,10 @@ _PAGE = 500
 _BACKOFF = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 
 
+class _TooLarge(KubeError):
+    """The collection holds more than :data:`MAX_ITEMS` objects: it is not kept."""
+
+
 class _Expired(Exception):
     """The API server no longer holds the version the watch resumed from (410 Gone)."""
 
@@ -80,11 +84,12 @@ class Collection(Generic[T]):
         name: str | None = None,
         changed: Callable[[str, str], None] | None = None,
         watch_seconds: int = WATCH_SECONDS,
+        max_items: int = MAX_ITEMS,
     ) -> None:
         self.api, self.path, self.what, self.keep = api, path, what, keep
         self.name = name  # one object by name (fieldSelector): what resourceNames RBAC allows
         self.changed = changed
-        self.watch_seconds = watch_seconds
+        self.watch_seconds, self.max_items = watch_seconds, max_items
         self.refused: KubeError | None = None  # the first LIST was forbidden: never synced
         self.lists = 0  # LISTs sent (a relist after a break counts)
         self._lock = threading.Lock()
@@ -173,9 +178,12 @@ class Collection(Generic[T]):
                 log.info("watch expired; listing again", collection=self.what)
             except KubeError as error:
                 self._unsync()
-                if isinstance(error, Forbidden) and self.lists <= 1:
-                    self.refused = error  # never synced: the caller chooses another way
+                if isinstance(error, Forbidden | _TooLarge):
+                    # Never synced again: the reader chooses another way (by name, or direct
+                    # reads) until the copy is dropped and started anew.
+                    self.refused = error
                     self._first.set()
+                    log.info("not watching", collection=self.what, error=str(error))
                     return
                 wait = _BACKOFF[min(failures, len(_BACKOFF) - 1)]
                 failures += 1
@@ -221,9 +229,10 @@ class Collection(Generic[T]):
             for obj in page.get("items") or ():
                 name, version = _identity(obj)
                 items[name], versions[name] = self.keep(obj), version
-            if len(items) > MAX_ITEMS:
-                raise KubeError(
-                    f"list {self.what}: more than {MAX_ITEMS} objects; not kept (read directly)"
+            if len(items) > self.max_items:
+                raise _TooLarge(
+                    f"list {self.what}: more than {self.max_items} objects; not kept (read "
+                    "directly)"
                 )
             metadata = page.get("metadata") or {}
             token = metadata.get("continue") or None
@@ -233,7 +242,7 @@ class Collection(Generic[T]):
         with self._lock:
             before = self._versions
             self._items, self._versions, self._version = items, versions, version
-            self._synced = True
+            self._synced = not self._stopped.is_set()
         self._first.set()
         for name in sorted({*before, *versions}):
             if before.get(name) != versions.get(name):
@@ -270,6 +279,10 @@ class Collection(Generic[T]):
         except Exception as error:
             raise _expired_or(translate(error, what=what)) from error
         self._response = response
+        if self._stopped.is_set():  # stopped before the stream could be cut
+            response.release_conn()
+            self._response = None
+            return version
         try:
             for event in _events(response):
                 version = self._apply(event, version, what)
@@ -313,8 +326,8 @@ class Collection(Generic[T]):
                 self._items.pop(name, None)
                 self._versions.pop(name, None)
             else:
-                if name not in self._items and len(self._items) >= MAX_ITEMS:
-                    raise KubeError(f"{what}: more than {MAX_ITEMS} objects; not kept")
+                if name not in self._items and len(self._items) >= self.max_items:
+                    raise _TooLarge(f"{what}: more than {self.max_items} objects; not kept")
                 self._items[name], self._versions[name] = kept, new
             self._version = new or self._version
         self._tell(name, "" if kept is None else new)
