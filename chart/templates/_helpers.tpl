@@ -171,6 +171,16 @@ not watch, a cross-namespace target with no allow-list pair), so the mistake sho
 {{- toJson $out -}}
 {{- end -}}
 
+{{/*
+Whether the operator keeps watch-fed copies of its targets' workloads and pods (watchEvidence):
+the run option and the list/watch verbs follow this one answer. Absent (`helm upgrade
+--reuse-values` from a chart without the value) counts as off: the verbs of before, and
+--no-watch-evidence, which needs none of the new ones.
+*/}}
+{{- define "imagerefresh.watchEvidence" -}}
+{{- if .Values.watchEvidence }}true{{ end -}}
+{{- end -}}
+
 {{/* Whether RBAC on workloads is scoped to the targets of the values' policies. */}}
 {{- define "imagerefresh.scoped" -}}
 {{- if and .Values.rbac.scopeToPolicies .Values.policies -}}true{{- end -}}
@@ -218,30 +228,60 @@ are target rules unless scoped.
 {{- toJson $plan -}}
 {{- end -}}
 
-{{/* The rules a target namespace (or, unscoped and watched cluster-wide, the cluster) needs. */}}
+{{/*
+The rules a target namespace (or, unscoped and watched cluster-wide, the cluster) needs.
+With watchEvidence (the default) the operator keeps watch-fed copies of its targets' workloads
+and their pods instead of reading them on every tick and polling rollouts: one LIST then one
+WATCH stream per kind and namespace where it may list every workload there, else one per
+declared workload by name — a LIST and WATCH with fieldSelector=metadata.name=<name>, the only
+list and watch that `resourceNames` allows — and one stream of the namespace's pods. Without it,
+the verbs of before: no list or watch on workloads, no watch on pods.
+*/}}
 {{- define "imagerefresh.targetRules" -}}
 {{- $root := index . 0 -}}
 {{- $names := index . 1 -}}
+{{- $watch := eq (include "imagerefresh.watchEvidence" $root) "true" -}}
+{{- $workloadVerbs := ternary `["get", "list", "watch", "patch"]` `["get", "patch"]` $watch -}}
 {{- if $names }}
 {{- range $resource := list "daemonsets" "deployments" "statefulsets" }}
 {{- with get $names $resource }}
+{{- if $watch }}
+# The declared {{ $resource }}: read (image, rollout state) and guarded image patches; list and
+# watch by name only (fieldSelector=metadata.name=<name>): one watch-fed copy per workload, so a
+# rollout's verdict follows its watch event rather than a poll.
+{{- else }}
 # The declared {{ $resource }}: read (image, rollout state) and guarded image patches.
+{{- end }}
 - apiGroups: ["apps"]
   resources: [{{ $resource | quote }}]
   resourceNames: {{ toJson . }}
-  verbs: ["get", "patch"]
+  verbs: {{ $workloadVerbs }}
 {{- end }}
 {{- end }}
 {{- else }}
+{{- if $watch }}
+# Any workload the allowed policies may name: read (image, rollout state), guarded image
+# patches; list and watch: one watch-fed copy per kind and namespace, so a rollout's verdict
+# follows its watch event rather than a poll.
+{{- else }}
 # Any workload the allowed policies may name: read (image, rollout state), guarded image patches.
+{{- end }}
 - apiGroups: ["apps"]
   resources: ["deployments", "daemonsets", "statefulsets"]
-  verbs: ["get", "patch"]
+  verbs: {{ $workloadVerbs }}
 {{- end }}
+{{- if $watch }}
+# The workloads' pods: which digests they run, from one watch-fed copy of the namespace's pods
+# (a list or watch of pods cannot be scoped by name or label). Read-only.
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list", "watch"]
+{{- else }}
 # The workload's pods, by label selector: which digests they run. Read-only.
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["list"]
+{{- end }}
 {{- if $root.Values.prePull.enabled }}
 # Pre-pull helper pods (prePull.enabled): one per node, deleted once it proved the pull. A create
 # cannot be scoped by name; the ValidatingAdmissionPolicy <release namespace>-<fullname>-pre-pull

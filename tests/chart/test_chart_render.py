@@ -39,6 +39,9 @@ DIGEST = "sha256:" + "ab" * 32
 CRD_SOURCE = REPO / "crds" / "imagerefreshpolicies.images.tracebloc.io.yaml"
 CHART_CRD = CHART / "files" / CRD_SOURCE.name
 WORKLOAD_RESOURCES = {"deployments", "daemonsets", "statefulsets"}
+# Watch-fed evidence (watchEvidence, on by default) adds these; off, the verbs of before.
+WORKLOAD_VERBS = {"get", "list", "watch", "patch"}
+WORKLOAD_VERBS_WITHOUT_WATCHES = {"get", "patch"}
 
 
 def container(name: str, image: str) -> dict[str, str]:
@@ -163,6 +166,12 @@ PROFILES: dict[str, dict[str, Any]] = {
     "pre-pull-all-namespaces-unscoped": {
         "watch": {"allNamespaces": True},
         "prePull": {"enabled": True, "maxDeadlineSeconds": 600},
+    },
+    "without-watch-evidence": {"watchEvidence": False},
+    "policies-without-watch-evidence": {**CONTROL_PLANE, "watchEvidence": False},
+    "all-namespaces-without-watch-evidence": {
+        "watch": {"allNamespaces": True},
+        "watchEvidence": False,
     },
     "rbac-service-account-and-crd-managed-elsewhere": {
         "rbac": {"create": False},
@@ -456,6 +465,7 @@ def test_rendered_args_and_env_are_accepted_by_the_real_command_line(
         assert ctx.params["scanning"] is False
         elect = PROFILES[profile].get("leaderElection", {}).get("enabled", True)
         assert ctx.params["leader_elect"] is elect
+        assert ctx.params["watch_evidence"] is PROFILES[profile].get("watchEvidence", True)
     env = {e["name"]: e["value"] for e in c["env"] if "value" in e}
     for name in (LOG_LEVEL_ENV, LOG_FORMAT_ENV):
         monkeypatch.setenv(name, env[name])
@@ -517,7 +527,8 @@ def test_policies_scope_workload_access_to_the_declared_names_per_namespace_and_
     objects = render(CONTROL_PLANE)
     home = rules_of(objects, "Role", "tracebloc")
     agents = rules_of(objects, "Role", "tracebloc-node-agents")
-    for verb in ("get", "patch"):
+    # list and watch too, by name: the operator's by-name watch (fieldSelector=metadata.name).
+    for verb in sorted(WORKLOAD_VERBS):
         assert names_granted(home, "apps.deployments", verb) == {"jobs-manager", "requests-proxy"}
         assert not grants(home, "apps.daemonsets", verb)
         assert not grants(home, "apps.statefulsets", verb)
@@ -526,6 +537,7 @@ def test_policies_scope_workload_access_to_the_declared_names_per_namespace_and_
     # The target-only namespace gets no access to policies.
     assert not grants(agents, "images.tracebloc.io.imagerefreshpolicies", "get")
     assert grants(agents, "pods", "list")
+    assert grants(agents, "pods", "watch")
     assert grants(agents, "events", "create")
 
 
@@ -534,7 +546,9 @@ def test_unscoped_policies_grant_every_workload_in_the_reachable_namespaces() ->
     for ns in ("tracebloc", "tracebloc-node-agents"):
         rules = rules_of(objects, "Role", ns)
         for resource in WORKLOAD_RESOURCES:
-            assert names_granted(rules, f"apps.{resource}", "patch") is None
+            for verb in sorted(WORKLOAD_VERBS):  # list and watch: one stream per namespace
+                assert names_granted(rules, f"apps.{resource}", verb) is None, (resource, verb)
+        assert names_granted(rules, "pods", "watch") is None
 
 
 def test_a_cross_namespace_pair_adds_a_target_role_in_the_target_namespace_only() -> None:
@@ -816,6 +830,84 @@ def test_node_reads_without_rbac_creation_render_the_options_and_no_role() -> No
     assert "--read-nodes" in operator_container(objects)["args"]
 
 
+# -- watch-fed evidence ---------------------------------------------------------------------------
+
+
+def workload_and_pod_reads(objects: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
+    """(role kind, resource, verb) of every list or watch granted on workloads or pods."""
+    return {
+        (role["kind"], resource, verb)
+        for role in of_kind(objects, "Role") + of_kind(objects, "ClusterRole")
+        for rule in role["rules"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+        if resource in WORKLOAD_RESOURCES | {"pods"} and verb in {"list", "watch"}
+    }
+
+
+@pytest.mark.parametrize("profile", ["defaults", "policies", "all-namespaces"])
+def test_watch_evidence_is_on_by_default_and_grants_list_and_watch_on_workloads_and_pods(
+    profile: str,
+) -> None:
+    objects = render(PROFILES[profile])
+    args = operator_container(objects)["args"]
+    assert "--no-watch-evidence" not in args
+    with run_command.make_context("run", list(args)) as ctx:
+        assert ctx.params["watch_evidence"] is True
+    kind = "ClusterRole" if profile == "all-namespaces" else "Role"
+    granted = workload_and_pod_reads(objects)
+    for resource in WORKLOAD_RESOURCES if profile != "policies" else {"deployments"}:
+        assert {(kind, resource, "list"), (kind, resource, "watch")} <= granted, resource
+    assert {(kind, "pods", "list"), (kind, "pods", "watch")} <= granted
+
+
+@pytest.mark.parametrize(
+    "profile", sorted(p for p in PROFILES if PROFILES[p].get("watchEvidence") is False)
+)
+def test_without_watch_evidence_the_flag_is_rendered_and_no_list_or_watch_on_workloads_or_pod_watch(
+    profile: str,
+) -> None:
+    objects = render(PROFILES[profile])
+    args = operator_container(objects)["args"]
+    assert "--no-watch-evidence" in args
+    with run_command.make_context("run", list(args)) as ctx:
+        assert ctx.params["watch_evidence"] is False
+    # Only the pods' list by label selector, as before watches; nothing on workloads but reads
+    # by name and patches.
+    assert {verb for _, resource, verb in workload_and_pod_reads(objects)} == {"list"}
+    assert {resource for _, resource, _ in workload_and_pod_reads(objects)} == {"pods"}
+
+
+@pytest.mark.parametrize("profile", ["defaults", "policies", "all-namespaces"])
+def test_watch_evidence_off_changes_only_the_flag_and_the_list_and_watch_verbs(
+    profile: str,
+) -> None:
+    def without_reads(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        for o in objects:
+            if o["kind"] == "Deployment":
+                args = o["spec"]["template"]["spec"]["containers"][0]["args"]
+                args[:] = [a for a in args if a != "--no-watch-evidence"]
+            if o["kind"] in {"Role", "ClusterRole"}:
+                for rule in o["rules"]:
+                    if set(rule["resources"]) & (WORKLOAD_RESOURCES | {"pods"}):
+                        rule["verbs"] = [v for v in rule["verbs"] if v not in {"list", "watch"}]
+                        rule["verbs"] += ["list"] if rule["resources"] == ["pods"] else []
+        return objects
+
+    on = render(PROFILES[profile])
+    off = render({**PROFILES[profile], "watchEvidence": False})
+    assert without_reads(off) == without_reads(on)
+
+
+def test_values_without_watch_evidence_as_reuse_values_render_it_off_consistently() -> None:
+    # `helm upgrade --reuse-values` from a chart without the value carries none: the operator
+    # then runs without watches, and the Roles grant none of the verbs only watches need.
+    for values in (PROFILES["defaults"], PROFILES["policies"]):
+        assert render({**values, "watchEvidence": None}) == render(
+            {**values, "watchEvidence": False}
+        )
+
+
 # -- pre-pull helpers ----------------------------------------------------------------------------
 
 PRE_PULL_RULE = {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "delete"]}
@@ -831,12 +923,12 @@ def fence(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def pod_writes(objects: list[dict[str, Any]]) -> list[tuple[str, str | None]]:
-    """(kind, namespace) of every Role or ClusterRole granting any verb but list on pods."""
+    """(kind, namespace) of every Role or ClusterRole granting any verb on pods but a read."""
     return [
         (role["kind"], role["metadata"].get("namespace"))
         for role in of_kind(objects, "Role") + of_kind(objects, "ClusterRole")
         for rule in role["rules"]
-        if "pods" in rule["resources"] and set(rule["verbs"]) - {"list"}
+        if "pods" in rule["resources"] and set(rule["verbs"]) - {"list", "watch"}
     ]
 
 
@@ -979,14 +1071,20 @@ def test_rbac_is_least_privilege_in_every_profile(profile: str) -> None:
             resources = set(rule["resources"])
             verbs = set(rule["verbs"])
             if resources & WORKLOAD_RESOURCES:
-                assert verbs <= {"get", "patch"}, rule
+                if values.get("watchEvidence", True):
+                    assert verbs == WORKLOAD_VERBS, rule
+                else:
+                    assert verbs == WORKLOAD_VERBS_WITHOUT_WATCHES, rule
             if resources & {"pods", "serviceaccounts", "secrets"}:
                 if verbs == {"create", "delete"}:
                     # Pre-pull helpers, only when asked for, and never beside anything else.
                     assert values.get("prePull", {}).get("enabled") is True, rule
                     assert resources == {"pods"}, rule
+                elif resources == {"pods"}:
+                    watched = values.get("watchEvidence", True)
+                    assert verbs == ({"list", "watch"} if watched else {"list"}), rule
                 else:
-                    assert verbs in ({"list"}, {"get"}), rule
+                    assert verbs == {"get"}, rule
             if "secrets" in resources:
                 # By name only, as listed in values; never list/watch, never cluster-wide.
                 assert role["kind"] == "Role", rule
@@ -1221,6 +1319,7 @@ def test_monitoring_is_off_by_default() -> None:
         ({"prePull": {"maxDeadlineSeconds": 600.5}}, "/prePull/maxDeadlineSeconds"),
         ({"prePull": {"namespaces": ["x"]}}, "additional properties 'namespaces' not allowed"),
         ({"offline": {"readNodes": "yes"}}, "/offline/readNodes"),
+        ({"watchEvidence": "false"}, "/watchEvidence"),
         ({"offline": {"nodeStatusMaxImages": -2}}, "/offline/nodeStatusMaxImages"),
         ({"offline": {"nodeStatusMaxImages": 1.5}}, "/offline/nodeStatusMaxImages"),
         ({"offline": {"watchNodes": True}}, "additional properties 'watchNodes' not allowed"),
