@@ -99,7 +99,11 @@ demo: setup binaries
 # The performance figures (docs/contributing/benchmarks.md) on its own local environment
 # (.e2e-bench/); see bench/run.py.
 .PHONY: bench
-bench: setup binaries
+$(VENV)/.installed-bench: pyproject.toml | $(VENV)/.installed
+	$(BIN)/pip install -q -e '.[test,bench]'
+	touch $@
+
+bench: setup binaries $(VENV)/.installed-bench
 	$(BIN)/python bench/run.py
 
 clean:

@@ -41,6 +41,7 @@ import pre_pull
 import real_node
 import signing_cost
 from apiserver import ApiWindow, Cost
+from cpu_profile import Profile, Sampler
 from fleet import EDGE_AGENTS, EDGE_CP, EDGE_IMAGES, Fleet, edge_policy, edge_workloads
 from harness import (
     CRD,
@@ -711,6 +712,7 @@ class Bench:
         registry_during: list[int] = []
         cpu_used: dict[str, float] = {}  # CPU seconds each process spent in the timed rounds
         per_policy: list[float] = []
+        profiles: list[Profile] = []
         drift_cost = Cost()
         for round_no in range(1, self.config.scale_rounds + 1):
             # Push right after an instant, so that no instant falls between the pushes and
@@ -728,6 +730,7 @@ class Bench:
             warm = partial(self._warm, warm_ns, marks)
 
             pids = {"imagerefresh": self.operator.pid} | self.env.component_pids()
+            sampler = Sampler(self.operator.pid, self.config.logs / f"scale-{round_no}.pyspy")
             cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
             timed_rounds: list[Round] = []
             drift_cost.add(
@@ -735,6 +738,9 @@ class Bench:
                     len(keys), partial(self._grid_round_into, keys, instant, warm, timed_rounds)
                 )
             )
+            sampled = sampler.stop()
+            if sampled is not None:
+                profiles.append(sampled)
             mark = marks[0]
             timed = timed_rounds[0]
             for name, pid in pids.items():
@@ -787,6 +793,22 @@ class Bench:
             "same rounds: the operator's CPU per policy tick (follow-ups of the round included)",
             f"{_fmt(cpu_used.get('imagerefresh', 0.0) / rounds / len(keys) * 1000, 3)} ms",
         )
+        if profiles:
+            merged = Profile(
+                sum(p.samples for p in profiles),
+                sum((p.categories for p in profiles), Counter()),
+                sum((p.leaves for p in profiles), Counter()),
+            )
+            self.table.add(
+                "3 tick time at scale",
+                f"same rounds: where the operator's CPU goes (py-spy, {merged.samples} samples)",
+                merged.shares(),
+            )
+            self.table.add(
+                "3 tick time at scale",
+                "same rounds: the operator's hottest functions (self time)",
+                merged.hottest(),
+            )
         self.table.add(
             "3 tick time at scale",
             f"same rounds: grid instant → all {len(keys)} policy ticks done, median / max",

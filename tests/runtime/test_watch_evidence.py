@@ -212,10 +212,12 @@ async def test_a_change_behind_a_lagging_copy_fails_the_patch_s_precondition_and
         assert images(cluster, ns, "app")["app"] == hotfix  # not clobbered
         assert "nothing was overwritten" in target_status(cluster, ns, "app")["message"]
         copy.release()
+        await asyncio.to_thread(cluster.kubectl, "rollout", "status", "-n", ns, "deployment/app")
+        stored = cluster.get("deployment", "app", "-n", ns)["metadata"]["resourceVersion"]
         await asyncio.to_thread(
             eventually,
-            lambda: (copy.get("app")[1] or b"").find(hotfix.encode()) >= 0,
-            what="the copy to catch up",
+            lambda: copy.version_of("app") == stored,
+            what="the copy to catch up with the hotfix's settled rollout",
             timeout=30,
         )
         fresh = await ticker.tick(ns, POLICY)

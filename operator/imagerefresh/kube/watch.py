@@ -183,7 +183,10 @@ class Collection(Generic[T]):
                     # reads) until the copy is dropped and started anew.
                     self.refused = error
                     self._first.set()
-                    log.info("not watching", collection=self.what, error=str(error))
+                    # A 403 is how scoped RBAC says "by name only": the caller decides whether
+                    # it is news (runtime/watches reports the refusals it cannot work around).
+                    level = log.debug if isinstance(error, Forbidden) else log.info
+                    level("not watching", collection=self.what, error=str(error))
                     return
                 wait = _BACKOFF[min(failures, len(_BACKOFF) - 1)]
                 failures += 1

@@ -94,6 +94,7 @@ class EvidenceWatches:
         self._listener: Listener | None = None
         self._reaped = clock()
         self._closed = False
+        self._reported: set[int] = set()  # refusals logged (id of the collection)
 
     def listen(self, listener: Listener) -> None:
         """Tell ``listener`` (from a watch thread) of every workload change: key, version."""
@@ -181,6 +182,7 @@ class EvidenceWatches:
                         changed=self._told(WorkloadKind(kind), namespace),
                     ),
                 )
+            self._refused(named, "it is read directly on every tick")
             return self._touch(named)
 
     def _pod_collection(self, namespace: str) -> Collection[WatchedPod] | None:
@@ -198,8 +200,21 @@ class EvidenceWatches:
                     ),
                 )
             if collection is not None and collection.refused is not None:
+                self._refused(collection, "they are listed on every tick")
                 return None
             return self._touch(collection)
+
+    def _refused(self, collection: Collection[Any] | None, instead: str) -> None:
+        """Log once why a copy is not kept, and what is done instead (holding the lock)."""
+        if collection is None or collection.refused is None or id(collection) in self._reported:
+            return
+        self._reported.add(id(collection))
+        log.info(
+            "not watching",
+            collection=collection.what,
+            instead=instead,
+            error=str(collection.refused),
+        )
 
     def _start(self, where: dict[Any, Any], key: Any, collection: Collection[Any]) -> Any:
         """Start ``collection`` under ``key`` unless closed or at the stream cap (None)."""
