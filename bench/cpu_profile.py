@@ -22,15 +22,15 @@ __all__ = ["Profile", "Sampler"]
 
 # Frames matched by file path (py-spy's raw frames read `function (path:line)`).
 CATEGORIES = {
-    "JSON encode/decode": ("/json/",),
-    "pydantic models": ("/pydantic/", "/pydantic_core/"),
-    "HTTP and TLS (urllib3, http.client, ssl)": ("/urllib3/", "/http/client.py", "/ssl.py"),
-    "kubernetes client": ("/kubernetes/",),
-    "planning (pure core)": ("/imagerefresh/planner/",),
-    "watch-fed copies": ("/imagerefresh/kube/watch.py", "/imagerefresh/runtime/watches.py"),
-    "logging (structlog)": ("/structlog/", "/logging/"),
-    "kopf": ("/kopf/",),
-    "asyncio": ("/asyncio/",),
+    "JSON encode/decode": ("json/",),
+    "pydantic models": ("pydantic/", "pydantic_core/"),
+    "HTTP and TLS (urllib3, http.client, ssl)": ("urllib3/", "http/client.py", "ssl.py"),
+    "kubernetes client": ("kubernetes/",),
+    "planning (pure core)": ("imagerefresh/planner/",),
+    "watch-fed copies": ("imagerefresh/kube/watch.py", "imagerefresh/runtime/watches.py"),
+    "logging (structlog)": ("structlog/", "logging/"),
+    "kopf": ("kopf/",),
+    "asyncio": ("asyncio/",),
 }
 _FRAME = re.compile(r"^(?P<function>.*) \((?P<path>[^:()]*):\d+\)$")
 

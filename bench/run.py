@@ -272,6 +272,8 @@ class Bench:
                 # Helper pods for the prePull rows (the bench's policies ask for it there only).
                 "--pre-pull-pods",
                 *(("--insecure-registry", self.referrers.host) if self.referrers else ()),
+                # A comparison run (e.g. --no-watch-evidence), same cluster and fleet.
+                *os.environ.get("BENCH_OPERATOR_ARGS", "").split(),
             ),
         )
         note(f"imagerefresh run started (pid {self.operator.pid}), log {name}.log")

@@ -17,7 +17,7 @@ import pytest
 
 from imagerefresh.kube.errors import KubeUnavailable
 from imagerefresh.planner import InFlight, TargetKey
-from imagerefresh.runtime.scheduler import Scheduler
+from imagerefresh.runtime.scheduler import FOLLOW_SETTLE, Scheduler
 from imagerefresh.runtime.ticker import TickOutcome
 
 INTERVAL = 900.0
@@ -271,7 +271,11 @@ async def test_a_watched_rollout_is_judged_on_its_watch_event_and_never_polled(
     assert ticker.calls == [False]
     assert ticker.api.reads == 0
     ticker.next = [None]  # the follow-up judges it: nothing in flight any more
-    ticker.watches.change(APP, "2")  # the controller reported progress, clock unmoved
+    ticker.watches.change(APP, "2")  # the controller reported progress
+    await asyncio.sleep(0.05)
+    await at(scheduler, clock, clock.now + FOLLOW_SETTLE / 2)  # a burst is judged once settled
+    assert ticker.calls == [False]
+    await at(scheduler, clock, clock.now + FOLLOW_SETTLE / 2)
     await until(lambda: ticker.calls == [False, True])
     assert ticker.api.reads == 0
 
@@ -309,6 +313,8 @@ async def test_a_change_the_watch_saw_while_the_tick_ran_is_judged_when_it_ends(
     ticker.watches.change(APP, "2")  # after the tick read "1", before it ended
     await asyncio.sleep(0.05)
     ticker.ticking.set()
+    await until(lambda: scheduler._policies["uid"].running is None)
+    await at(scheduler, clock, clock.now + FOLLOW_SETTLE)
     await until(lambda: ticker.calls == [False, True])  # no poll, no deadline: the event
 
 

@@ -59,6 +59,12 @@ DEFAULT_FOLLOW_PERIOD = 2.0
 DEFAULT_RETRY_DELAY = 30.0
 DEFAULT_POLL_CONCURRENCY = 8  # workload reads in flight at once while following rollouts
 DEFAULT_POLL_DEFER = 5.0  # how long the reads of rollouts may wait for ticks that are running
+# A rollout's watch events come in bursts (the controller and the kubelets write its status
+# several times within milliseconds): its follow-up waits this long after the first, and judges
+# the burst once — one status write, not one per intermediate state.
+FOLLOW_SETTLE = 0.25
+# Whether some rollout in flight needs polling is looked at no more often than this.
+_UNWATCHED_EVERY = 0.5
 
 
 @dataclass
@@ -114,6 +120,11 @@ class Scheduler:
         self.ticker, self.phase, self.clock = ticker, phase, clock
         self.follow_period, self.retry_delay = follow_period, retry_delay
         self._policies: dict[str, _Policy] = {}
+        # The policies following each workload in flight (by label), and the keys alone for
+        # the watch threads, which drop every other change before it reaches the loop.
+        self._following: dict[TargetKey, dict[str, _Policy]] = {}
+        self._followed: frozenset[TargetKey] = frozenset()
+        self._unwatched_at: tuple[float, bool] = (float("-inf"), False)
         self._changed = asyncio.Event()
         self._next_poll = 0.0
         self._polling: asyncio.Task[None] | None = None
@@ -146,6 +157,7 @@ class Scheduler:
         policy = self._policies.pop(uid, None)
         if policy is not None:
             policy.gone = True
+            self._index(policy, NOTHING_IN_FLIGHT)
             self.ticker.metrics.forget_policy(policy.namespace, policy.name)
             self.ticker.forget(policy.namespace, policy.name)
 
@@ -162,7 +174,8 @@ class Scheduler:
             loop = asyncio.get_running_loop()
 
             def moved(key: TargetKey, version: str) -> None:  # on a watch's thread
-                loop.call_soon_threadsafe(self.moved, key, version)
+                if key in self._followed:
+                    loop.call_soon_threadsafe(self.moved, key, version)
 
             watches.listen(moved)
         while True:
@@ -185,12 +198,18 @@ class Scheduler:
                 await asyncio.wait_for(self._changed.wait(), timeout=self._sleep(now, ticking))
 
     def moved(self, key: TargetKey, version: str) -> None:
-        """A watch saw ``key`` change: the policies following it judge it now."""
-        for policy in self._policies.values():
+        """A watch saw ``key`` change: the policies following it judge it (once its burst of
+        changes settled, :data:`FOLLOW_SETTLE`)."""
+        for policy in list(self._following.get(key, {}).values()):
             if key in policy.in_flight.workloads and policy.versions.get(key) != version:
                 log.debug("rollout moved", policy=policy.label, workload=str(key))
-                policy.follow_due = self.clock()
-                self._changed.set()
+                self._judge_soon(policy)
+
+    def _judge_soon(self, policy: _Policy) -> None:
+        due = self.clock() + FOLLOW_SETTLE
+        if policy.follow_due is None or policy.follow_due > due:
+            policy.follow_due = due
+            self._changed.set()
 
     def _starts_at(self, policy: _Policy, ticking: bool) -> tuple[float, bool]:
         """When the policy's next tick starts, and whether it is a follow-up: a follow-up waits
@@ -229,12 +248,15 @@ class Scheduler:
         return watches is not None and watches.version(key) is not None
 
     def _unwatched(self) -> bool:
-        """Whether some rollout in flight is not reported by a synced watch: it is polled."""
-        return any(
-            not self._watched(key)
-            for policy in self._policies.values()
-            for key in policy.in_flight.workloads
-        )
+        """Whether some rollout in flight is not reported by a synced watch: it is polled.
+        Looked at every :data:`_UNWATCHED_EVERY` at most (the loop turns on every event)."""
+        now = time.monotonic()
+        at, unwatched = self._unwatched_at
+        if now - at < _UNWATCHED_EVERY:
+            return unwatched
+        unwatched = any(not self._watched(key) for key in self._following)
+        self._unwatched_at = (now, unwatched)
+        return unwatched
 
     def _poll_due(self, now: float) -> bool:
         """The reads of rollouts are due every period, but wait for running ticks a while."""
@@ -314,7 +336,7 @@ class Scheduler:
 
     def _follow(self, policy: _Policy, outcome: TickOutcome | None) -> None:
         """Start, continue or stop following the policy's rollouts after a tick."""
-        policy.in_flight = outcome.in_flight if outcome is not None else NOTHING_IN_FLIGHT
+        self._index(policy, outcome.in_flight if outcome is not None else NOTHING_IN_FLIGHT)
         policy.versions = dict(outcome.versions) if outcome is not None else {}
         deadline = policy.in_flight.deadline
         # Never sooner than one period: a deadline the planner did not (yet) act on must not
@@ -327,11 +349,24 @@ class Scheduler:
         watches = self.ticker.watches
         if watches is None:
             return
-        for key in policy.in_flight.workloads:  # changed while the tick ran: judge it now
+        for key in policy.in_flight.workloads:  # changed while the tick ran: judge it soon
             seen = watches.version(key)
             if seen is not None and seen != policy.versions.get(key):
-                policy.follow_due = self.clock()
+                self._judge_soon(policy)
                 return
+
+    def _index(self, policy: _Policy, flying: InFlight) -> None:
+        """Record what ``policy`` follows now, in the index the watch events are matched by."""
+        for key in policy.in_flight.workloads - flying.workloads:
+            following = self._following.get(key, {})
+            following.pop(policy.label, None)
+            if not following:
+                self._following.pop(key, None)
+        for key in flying.workloads:
+            self._following.setdefault(key, {})[policy.label] = policy
+        policy.in_flight = flying
+        self._followed = frozenset(self._following)
+        self._unwatched_at = (float("-inf"), False)
 
     async def _poll(self) -> None:
         """Read the in-flight workloads; a changed one makes its policy's follow-up due now.
