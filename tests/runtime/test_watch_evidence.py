@@ -66,6 +66,17 @@ def _ticker(api: KubeApi, registry: str) -> Iterator[PolicyTicker]:
         ticker.close()
 
 
+async def _schema_ready(ticker: PolicyTicker) -> None:
+    """Wait until the API server publishes the CRD's schema (a fresh cluster may not yet):
+    until then every tick stops at the CRD check and reports it."""
+    ticker.crd.recheck_outdated = 0.5
+    for _ in range(120):
+        if await ticker.crd.problem() is None:
+            return
+        await asyncio.sleep(0.5)
+    raise AssertionError(f"the CRD's schema never became readable: {await ticker.crd.problem()}")
+
+
 def _synced(ticker: PolicyTicker, key: TargetKey) -> bool:
     assert ticker.watches is not None
     return ticker.watches.version(key) is not None
@@ -84,6 +95,7 @@ async def test_a_tick_on_synced_copies_reads_no_workload_or_pod_and_still_pins_t
     api = CountingKubeApi.from_environment(cluster.kubeconfig)
     key = TargetKey(WorkloadKind.DEPLOYMENT, ns, "app")
     with _ticker(api, registry) as ticker:
+        await _schema_ready(ticker)
         await ticker.tick(ns, POLICY)  # starts the copies; read directly meanwhile
         await asyncio.to_thread(
             eventually, lambda: _synced(ticker, key), what="the copies", timeout=30
@@ -97,9 +109,21 @@ async def test_a_tick_on_synced_copies_reads_no_workload_or_pod_and_still_pins_t
             what="the pods' copy",
             timeout=30,
         )
+        await asyncio.to_thread(cluster.kubectl, "rollout", "status", "-n", ns, "deployment/app")
+        await asyncio.to_thread(
+            eventually,
+            lambda: (
+                ticker.watches is not None
+                and ticker.watches.version(key)
+                == cluster.get("deployment", "app", "-n", ns)["metadata"]["resourceVersion"]
+            ),
+            what="the copy to hold the settled first pin",
+            timeout=30,
+        )
+        await ticker.tick(ns, POLICY)  # judges the first pin (Current)
         before = _workload_reads(api, ns)
         pushed = pusher.push(f"{ns}/app", "prod", seed="two")
-        outcome = await ticker.tick(ns, POLICY, asked_at=None)
+        outcome = await ticker.tick(ns, POLICY)
         assert outcome is not None
         assert outcome.applied is not None
         assert [p.target.name for p in outcome.applied.patched] == ["app"]
@@ -122,6 +146,7 @@ async def test_a_copy_the_rbac_never_lets_sync_is_never_decided_on_every_tick_re
     api = CountingKubeApi.from_environment(str(kubeconfig))
     key = TargetKey(WorkloadKind.DEPLOYMENT, ns, "app")
     with _ticker(api, registry) as ticker:
+        await _schema_ready(ticker)
         first = await ticker.tick(ns, POLICY)
         assert first is not None
         assert first.applied is not None
@@ -129,6 +154,11 @@ async def test_a_copy_the_rbac_never_lets_sync_is_never_decided_on_every_tick_re
         assert ticker.watches is not None
         copy = ticker.watches.covering(key)
         assert copy is None  # the namespace's list and the by-name list were both refused
+        await asyncio.to_thread(cluster.kubectl, "rollout", "status", "-n", ns, "deployment/app")
+        judged = await ticker.tick(ns, POLICY)  # the first pin settled: Current
+        assert judged is not None
+        assert judged.applied is not None
+        assert judged.applied.status.targets[0].phase.value == "Current"
         pushed = pusher.push(f"{ns}/app", "prod", seed="two")
         before = _workload_reads(api, ns)
         outcome = await ticker.tick(ns, POLICY)
@@ -189,6 +219,7 @@ async def test_a_change_behind_a_lagging_copy_fails_the_patch_s_precondition_and
     api = CountingKubeApi.from_environment(cluster.kubeconfig)
     key = TargetKey(WorkloadKind.DEPLOYMENT, ns, "app")
     with _ticker(api, registry) as ticker:
+        await _schema_ready(ticker)
         await ticker.tick(ns, POLICY)
         await asyncio.to_thread(
             eventually, lambda: _synced(ticker, key), what="the copies", timeout=30
@@ -263,6 +294,7 @@ async def test_a_watch_broken_mid_rollout_still_yields_the_verdict_and_is_listed
         return phase() == "Current" and _pinned(cluster, ns, digest)
 
     with _ticker(api, registry) as ticker:
+        await _schema_ready(ticker)
         async with _scheduling(ticker, ns) as scheduler:
             await asyncio.to_thread(
                 eventually, lambda: phase() == "Current", what="the first pin", timeout=60
