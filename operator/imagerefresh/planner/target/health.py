@@ -235,9 +235,9 @@ def after_window(decision: Decision, workload: Workload) -> str:
         f"{name}@{short(parse(image).digest)}" for name, image in sorted(ours.items())
     )
     return (
-        f". Its pods run {builds}, judged healthy at {format_timestamp(last)} at the end of its "
-        "refresh's health window: a crash since is not that refresh's, so it is not rolled back "
-        "(roll back by hand, or push a fixed build)"
+        f". Its pods run {builds}, judged healthy at {format_timestamp(last)} when its "
+        "refresh's health window ended: a crash since is not that refresh's, so it is not rolled "
+        "back (roll it back by hand, or push a fixed build)"
     )
 
 
