@@ -234,6 +234,10 @@ def test_a_sidecar_already_restarting_before_the_refresh_is_not_blamed_for_it(
     done = judged(cluster, ns, "app", "Current", refreshAttempts=0)
     assert done["failed"] == []
     assert done["lastGood"]["app"] == f"{reg}/{ns}/app@{newer}"
+    # That restart came inside the window, which ended when the refresh was judged healthy.
+    (pod,) = [p for p in real_node.pods(ns, "app") if image_id(p).endswith(f"@{newer}")]
+    (sidecar,) = [c for c in pod["status"]["containerStatuses"] if c["name"] == "sidecar"]
+    assert sidecar["lastState"]["terminated"]["finishedAt"] < done["lastRefresh"]
     assert event_messages(cluster, ns, "app", "RollingBack") == []
     assert images(cluster, ns, "app")["app"] == f"{reg}/{ns}/app@{newer}"
 
