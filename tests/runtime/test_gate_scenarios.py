@@ -51,7 +51,8 @@ def test_a_failed_build_stays_barred_when_the_tag_moves_away_and_back_and_a_new_
     bad, _ = running_good_digest_with_bad_next(
         cluster, pusher, ns, reg, "away", progressDeadlineSeconds=2
     )
-    cluster.apply(policy("control-plane", target("app", app=f"{reg}/{ns}/app:prod")), namespace=ns)
+    tracked = target("app", app=f"{reg}/{ns}/app:prod")
+    cluster.apply(policy("control-plane", tracked, healthyFor="2s"), namespace=ns)
     operator.wait_first_tick(ns, "control-plane")
     pusher.push(f"{ns}/app", "prod", seed="away-bad")  # tag → bad
     settle(operator, cluster, ns, "app", phase="Waiting", timeout=120)

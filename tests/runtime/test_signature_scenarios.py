@@ -179,7 +179,8 @@ def policy_target(cluster: Cluster, ns: str, name: str, workload: str) -> dict[s
 
 
 def signed_policy(signer: Signer, *targets: dict[str, Any], name: str = POLICY) -> dict[str, Any]:
-    return policy(name, *targets, verify={"publicKeys": [signer.pem]})
+    # A short health window: what is verified and pinned is judged Current seconds later.
+    return policy(name, *targets, verify={"publicKeys": [signer.pem]}, healthyFor="2s")
 
 
 def roll_out(cluster: Cluster, ns: str, *names: str) -> None:

@@ -6,6 +6,8 @@ made meanwhile cannot clobber it (the patch's ``test`` ops fail on the API serve
 tick decides on the change; a watch that breaks in the middle of a rollout — the API server's
 410 Gone, a stream cut under the reader — still ends in the rollout's verdict, delivered by the
 new list, with nothing polled meanwhile.
+Policies here are judged as they settle (``healthyFor: 0s``): these tests are about the copies;
+the health window's own following of pods is in test_rollout_following and test_scheduler.
 """
 
 from __future__ import annotations
@@ -91,7 +93,7 @@ async def test_a_tick_on_synced_copies_reads_no_workload_or_pod_and_still_pins_t
 ) -> None:
     cluster, ns = crd_installed, policy_namespace
     pusher.push(f"{ns}/app", "prod", seed="one")
-    deployment_with_policy(cluster, ns, f"{registry}/{ns}/app:prod")
+    deployment_with_policy(cluster, ns, f"{registry}/{ns}/app:prod", healthyFor="0s")
     api = CountingKubeApi.from_environment(cluster.kubeconfig)
     key = TargetKey(WorkloadKind.DEPLOYMENT, ns, "app")
     with _ticker(api, registry) as ticker:
@@ -140,7 +142,7 @@ async def test_a_copy_the_rbac_never_lets_sync_is_never_decided_on_every_tick_re
 ) -> None:
     cluster, ns = crd_installed, policy_namespace
     pusher.push(f"{ns}/app", "prod", seed="one")
-    deployment_with_policy(cluster, ns, f"{registry}/{ns}/app:prod")
+    deployment_with_policy(cluster, ns, f"{registry}/{ns}/app:prod", healthyFor="0s")
     cluster.apply(*_operator_role_without_list_or_watch(ns), namespace=ns)
     kubeconfig = service_account_kubeconfig(cluster, ns, "default", tmp_path / "kc")
     api = CountingKubeApi.from_environment(str(kubeconfig))
@@ -215,7 +217,7 @@ async def test_a_change_behind_a_lagging_copy_fails_the_patch_s_precondition_and
 ) -> None:
     cluster, ns = crd_installed, policy_namespace
     pusher.push(f"{ns}/app", "prod", seed="one")
-    deployment_with_policy(cluster, ns, f"{registry}/{ns}/app:prod")
+    deployment_with_policy(cluster, ns, f"{registry}/{ns}/app:prod", healthyFor="0s")
     api = CountingKubeApi.from_environment(cluster.kubeconfig)
     key = TargetKey(WorkloadKind.DEPLOYMENT, ns, "app")
     with _ticker(api, registry) as ticker:
@@ -282,7 +284,7 @@ async def test_a_watch_broken_mid_rollout_still_yields_the_verdict_and_is_listed
 ) -> None:
     cluster, ns = crd_installed, policy_namespace
     pusher.push(f"{ns}/app", "prod", seed="one")
-    deployment_with_policy(cluster, ns, f"{registry}/{ns}/app:prod")
+    deployment_with_policy(cluster, ns, f"{registry}/{ns}/app:prod", healthyFor="0s")
     api = KubeApi.from_environment(cluster.kubeconfig)
     key = TargetKey(WorkloadKind.DEPLOYMENT, ns, "app")
 

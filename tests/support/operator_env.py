@@ -297,10 +297,10 @@ def kwok_pod_template(
 
 
 def deployment_with_policy(
-    cluster: Cluster, namespace: str, image: str, *, tracked: str | None = None
+    cluster: Cluster, namespace: str, image: str, *, tracked: str | None = None, **spec: Any
 ) -> None:
     """One Deployment ``app`` on ``image``, rolled out, and a policy ``control-plane`` tracking
-    it (or the tag ``tracked``, when the Deployment starts pinned).
+    it (or the tag ``tracked``, when the Deployment starts pinned); ``spec``: more of its spec.
 
     The rollout is waited for so that a tick planned right after sees a settled Deployment
     (an unsettled one is a skip, not the drift the callers test)."""
@@ -326,7 +326,8 @@ def deployment_with_policy(
                         "name": "app",
                         "containers": [{"name": "app", "image": tracked or image}],
                     }
-                ]
+                ],
+                **spec,
             },
         },
         namespace=namespace,
