@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import statistics
 import time
-from datetime import datetime
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 import kubernetes.client
