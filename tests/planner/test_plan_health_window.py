@@ -456,6 +456,17 @@ def test_a_crash_after_the_window_is_skipped_and_says_which_build_and_since_when
     assert plan.patches == ()
 
 
+def test_a_workload_unsettled_after_the_window_with_no_crash_is_skipped_with_no_such_note() -> None:
+    tick = refreshed()
+    assert at(tick, END, jobs(D2), [healthy()]).phase is Phase.CURRENT
+    tick.now = END + 60 * SECOND  # a node drained: the pod is gone, its replacement pending
+    world = {JOBS: evidence(jobs(D2, available=0), [], digests={"api": D2})}
+    tick.run(world, advance=timedelta(0))
+    skipping = tick.target("jobs-manager")
+    assert skipping.phase is Phase.SKIPPING
+    assert "judged healthy" not in skipping.message
+
+
 def test_the_window_s_end_is_the_follow_up_deadline_and_its_pods_are_followed() -> None:
     tick = refreshed()
     flying = in_flight(tick.spec, tick.status, NS, SETTLED)

@@ -221,32 +221,36 @@ def watching_message(window: HealthWindow) -> str:
 
 
 def after_window(decision: Decision, workload: Workload) -> str:
-    """For a target that no longer settles after our refresh succeeded: which build its pods
-    run and since when it was judged healthy (its crash came after the window: not ours)."""
+    """For a target that no longer settles because the build our refresh pinned crashes after
+    that refresh was judged healthy: which build its pods run and since when it was judged
+    healthy (its crash came after the window: not the refresh's). Empty for anything else."""
     last = decision.status.last_refresh
     good = decision.status.last_good
-    live = {name: c.image for name, c in workload.containers.items() if name in decision.tracked}
     ours = {
-        name: image for name, image in live.items() if good.get(name) and _same(good[name], image)
+        name: digest
+        for name, container in workload.containers.items()
+        if name in good and (digest := _same(good[name], container.image)) is not None
     }
-    if last is None or not ours:
+    since = HealthWindow(last, None, timedelta(0)) if last is not None else None
+    builds = {name: Resolved(digest) for name, digest in ours.items()}
+    if since is None or not crashes(decision.evidence.pods, builds, since, decision.ctx.now):
         return ""
-    builds = ", ".join(
-        f"{name}@{short(parse(image).digest)}" for name, image in sorted(ours.items())
-    )
+    runs = ", ".join(f"{name}@{short(digest)}" for name, digest in sorted(ours.items()))
     return (
-        f". Its pods run {builds}, judged healthy at {format_timestamp(last)} when its "
+        f". Its pods run {runs}, judged healthy at {format_timestamp(since.started)} when its "
         "refresh's health window ended: a crash since is not that refresh's, so it is not rolled "
         "back (roll it back by hand, or push a fixed build)"
     )
 
 
-def _same(recorded: str, image: str) -> bool:
+def _same(recorded: str, image: str) -> str | None:
+    """The digest ``image`` pins when it is the build ``recorded`` (lastGood) names."""
     try:
         ours, live = parse(recorded), parse(image)
     except InvalidReference:
-        return False
-    return ours.digest is not None and (ours.repository, ours.digest) == (
+        return None
+    same = ours.digest is not None and (ours.repository, ours.digest) == (
         live.repository,
         live.digest,
     )
+    return ours.digest if same else None

@@ -6,8 +6,8 @@ and has no pending refresh of ours is left alone this tick: ``skipStreak`` grows
 likely cause — pods that never become Ready. Settling again resets the streak, which clears
 Frozen by itself: nothing waits for a reset. A skip is not a failed attempt.
 
-A workload that stops settling on the build our refresh pinned, after that refresh was judged
-healthy through its window, is skipped the same way — its crash came after the window, so it is
+A workload whose pods crash on the build our refresh pinned, after that refresh was judged
+healthy through its window, is skipped the same way — the crash came after the window, so it is
 not the refresh's to roll back — and the message says which build the pods run and since when
 it was judged healthy (:func:`~.health.after_window`).
 """
