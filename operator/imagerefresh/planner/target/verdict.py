@@ -34,6 +34,7 @@ from imagerefresh.planner.target.deadline import (
     track_progress,
 )
 from imagerefresh.planner.target.decision import Decision, TargetOutcome, short
+from imagerefresh.planner.target.gates import report_verified
 from imagerefresh.planner.target.health import (
     crashes_of,
     failure_message,
@@ -51,6 +52,9 @@ def judge_refresh(
 ) -> TargetOutcome | None:
     """The verdict on our landed refresh; None when it succeeded and the decision goes on."""
     now = decision.ctx.now
+    # A refresh in flight (for its health window, a minute by default) still reports which key
+    # verified what it pins.
+    report_verified(decision)
     if pending.settled_at is None:
         pending = track_progress(decision, workload, pending)
         if workload.verdict.settled and decision.healthy_for:
