@@ -181,6 +181,13 @@ class Metrics:
             ["namespace", "policy"],
             registry=r,
         )
+        self.write_refusals = Counter(
+            "imagerefresh_write_refusals",
+            "Writes (image patches, pre-pull pods) the write guard refused to send: a bug in "
+            "imagerefresh, or a status edited by hand",
+            ["namespace", "policy"],
+            registry=r,
+        )
         self.crd_outdated = Gauge(
             "imagerefresh_crd_outdated",
             "1 while the installed CRD lacks fields the operator uses (or its schema cannot be "
@@ -217,6 +224,7 @@ class Metrics:
             self.last_tick,
             self.condition,
             self.status_writes,
+            self.write_refusals,
         )
 
     @property

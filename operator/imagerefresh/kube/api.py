@@ -49,7 +49,7 @@ from kubernetes.client.exceptions import ApiException
 from imagerefresh.credentials import Credentials, InvalidDockerConfig, parse_docker_config
 from imagerefresh.kube.errors import Forbidden, KubeError, NotFound, NotLeader, translate
 from imagerefresh.kube.selectors import InvalidSelector, label_selector, matches
-from imagerefresh.planner import OPERATOR_FIELD_MANAGER, ImagePatch, check_patch
+from imagerefresh.planner import OPERATOR_FIELD_MANAGER, Cleared, ImagePatch
 
 __all__ = [
     "EVENT_COMPONENT",
@@ -347,15 +347,16 @@ class KubeApi:
             if token is None:
                 return pods
 
-    def patch_images(self, patch: ImagePatch) -> dict[str, Any]:
-        """Apply the guarded JSON Patch to ``patch.target``; the patched object as raw JSON.
+    def patch_images(self, cleared: Cleared[ImagePatch]) -> dict[str, Any]:
+        """Apply the guarded JSON Patch a cleared write carries; the patched object as raw JSON.
 
         A ``test`` op that no longer holds raises PreconditionFailed and changes nothing. This
-        is the one place patches are sent: the write guard runs here, whatever built the
-        patch, and a patch that would write outside its tracked repository raises
-        :class:`~imagerefresh.planner.UnsafePatch` without a request.
+        is the one place patches are sent, and it sends only what the write guard cleared
+        (:func:`~imagerefresh.planner.clear_writes`): anything else is a TypeError, never a request.
         """
-        check_patch(patch)
+        if not isinstance(cleared, Cleared) or not isinstance(cleared.write, ImagePatch):
+            raise TypeError("only a patch the write guard cleared is sent")
+        patch = cleared.write
         target = patch.target
         path = _workload_path(target.kind, target.namespace, target.name)
         images = {change.container: change.image for change in patch.changes}

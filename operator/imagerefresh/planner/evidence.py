@@ -33,6 +33,7 @@ from imagerefresh.signatures import Untrusted, Verified
 __all__ = [
     "ALWAYS",
     "ANONYMOUS",
+    "NOT_READ",
     "OPERATOR_FIELD_MANAGER",
     "Account",
     "DigestOutcome",
@@ -267,6 +268,15 @@ class TargetEvidence:
     # they were not read (the operator may not create pods, or the read failed).
     helpers: tuple[HelperPod, ...] | None = None
     helpers_error: str | None = None  # why they could not be read
+    # With a rollout of ours in flight: container → the image the workload's previous revision
+    # (ReplicaSet, ControllerRevision) names — what a rollback may restore. None: not read.
+    previous_template: Mapping[str, str] | None = None
+    # Index digest → its platform manifests, read this tick for rollback candidates (a pod
+    # reporting one of them proves the index ran).
+    children: Mapping[str, frozenset[str]] = field(default_factory=lambda: _EMPTY)
+
+
+NOT_READ = TargetEvidence(error="the workload was not read this tick")
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,3 +329,29 @@ class TickInput:
     nodes: NodeInventory | None = None
     pre_pull_pods: bool = False  # the operator may create pre-pull helper pods
     pre_pull_max_deadline: int = 3_600  # seconds a helper pod may live, at most
+    # With spec.verify: (repository, digest) of every digest a Verified verdict in the
+    # operator's memory covers for the policy's keys this tick — desired digests and rollback
+    # candidates alike. Status is never evidence of a signature.
+    verified: frozenset[tuple[str, str]] = frozenset()
+
+    @property
+    def honours_reset(self) -> bool:
+        """Whether this tick honours a new reset request: only a tick that reads every target
+        does (a follow-up leaves it for the next one)."""
+        request = self.policy.reset_request
+        return (
+            not self.follow_up and request is not None and request != self.policy.status.last_reset
+        )
+
+    def verified_digests(self) -> frozenset[tuple[str, str]]:
+        """:attr:`verified`, and every Verified verdict the targets' evidence carries."""
+        found = set(self.verified)
+        for index, target in enumerate(self.policy.spec.targets):
+            evidence = self.evidence.get(self.policy.target_key(index))
+            if evidence is None:
+                continue
+            for container in target.containers:
+                verdict = evidence.signatures.get(container.name)
+                if isinstance(verdict, Verified):
+                    found.add((container.tracked.repository, verdict.digest))
+        return frozenset(found)

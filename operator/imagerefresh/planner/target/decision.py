@@ -67,6 +67,9 @@ class TargetContext:
     nodes: NodeInventory | None = None  # the nodes' image lists; None: node reads are off
     pre_pull_pods: bool = False  # the operator may create pre-pull helper pods
     pre_pull_max_deadline: int = 3_600  # seconds a helper pod may live, at most
+    # With spec.verify: (repository, digest) verified in the operator's memory (a rollback's
+    # digest must be one).
+    verified: frozenset[tuple[str, str]] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
