@@ -45,7 +45,12 @@ class Recorder:
     reading: asyncio.Event | None = None  # set once a lookup has read the legacy tag
 
     async def legacy_signature(
-        self, reference: ImageReference, digest: str, credentials: Credentials | None = None
+        self,
+        reference: ImageReference,
+        digest: str,
+        credentials: Credentials | None = None,
+        *,
+        reserve: int | None = None,
     ) -> LegacyEvidence | None:
         self.asked.append(f"legacy {digest}")
         found, gate = self.signed.get(digest), self.gate  # read now, answered once the gate opens
@@ -58,7 +63,12 @@ class Recorder:
         return found
 
     async def bundle_signatures(
-        self, reference: ImageReference, digest: str, credentials: Credentials | None = None
+        self,
+        reference: ImageReference,
+        digest: str,
+        credentials: Credentials | None = None,
+        *,
+        reserve: int | None = None,
     ) -> tuple[BundleEvidence, ...]:
         self.asked.append(f"bundles {digest}")
         return ()
@@ -191,10 +201,9 @@ def test_a_tick_asked_for_shares_no_lookup_that_started_before_it_and_an_older_o
     async def race() -> tuple[bool, object, object]:
         gate, earlier = await held_lookup(recorder, v, clock)
         asked = asyncio.ensure_future(v.verify([request(D2)], since=clock.now - 1))
-        for _ in range(100):  # turns of the event loop, not time: its lookup waits on nothing
-            if asked.done():
-                break
-            await asyncio.sleep(0)
+        # Its lookup waits on nothing but a verification thread: had it joined the older
+        # lookup, it would wait for the gate, which opens only after this.
+        await asyncio.wait({asked}, timeout=30)
         answered_first = asked.done()
         gate.set()
         return answered_first, (await earlier)[request(D2)], (await asked)[request(D2)]
