@@ -10,21 +10,31 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import threading
 from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
 
 from imagerefresh.credentials import Credentials
-from imagerefresh.planner.evidence import SignatureOutcome, SignaturesUnreadable
+from imagerefresh.planner.evidence import (
+    SignatureOutcome,
+    SignaturesUnreadable,
+    SignaturesWaiting,
+)
 from imagerefresh.reference import ImageReference, parse
-from imagerefresh.registry import RegistryUnavailable
+from imagerefresh.registry import PullBudgetHeld, RegistryUnavailable
 from imagerefresh.signatures import (
     BundleEvidence,
     Failure,
     LegacyEvidence,
     Untrusted,
+    Verdict,
     Verified,
     parse_public_key,
+    verify,
 )
-from imagerefresh.verifier import MAX_BACKOFF, SignatureVerifier, VerifyRequest
+from imagerefresh.verifier import MAX_BACKOFF, SignatureVerifier, VerifyRequest, lookups
 
 from support.signing import TestKey, legacy, payload
 
@@ -40,6 +50,9 @@ class Recorder:
 
     signed: dict[str, LegacyEvidence] = field(default_factory=dict)
     failing: bool = False
+    failing_for: set[str] = field(default_factory=set)  # digests whose lookups fail
+    hidden_from: set[str] = field(default_factory=set)  # accounts that read 404 everywhere
+    below_reserve: bool = False  # a GET would take the budget below the caller's reserve
     asked: list[str] = field(default_factory=list)
     gate: asyncio.Event | None = None
     reading: asyncio.Event | None = None  # set once a lookup has read the legacy tag
@@ -58,9 +71,16 @@ class Recorder:
             self.reading.set()
         if gate is not None:
             await gate.wait()
-        if self.failing:
+        if self.failing or digest in self.failing_for:
             raise RegistryUnavailable("registry.test answered 503", registry="registry.test")
-        return found
+        if self.below_reserve and reserve is not None:
+            raise PullBudgetHeld(
+                f"registry.test for anonymous has {reserve} pulls left; a signature lookup "
+                f"needs 1 and {reserve} stay reserved for the kubelet",
+                registry="registry.test",
+            )
+        account = credentials.account if credentials is not None else "anonymous"
+        return None if account in self.hidden_from else found
 
     async def bundle_signatures(
         self,
@@ -88,9 +108,15 @@ def legacy_evidence(key: TestKey, digest: str, repository: str) -> LegacyEvidenc
     return legacy((body, key.sign(body)))
 
 
-def request(digest: str, *keys: TestKey, interval: float = INTERVAL) -> VerifyRequest:
+def request(
+    digest: str,
+    *keys: TestKey,
+    interval: float = INTERVAL,
+    credentials: Credentials | None = None,
+    reserve: int | None = None,
+) -> VerifyRequest:
     parsed = tuple(parse_public_key(k.pem) for k in keys or (KEY,))
-    return VerifyRequest(REPO, digest, parsed, None, interval)
+    return VerifyRequest(REPO, digest, parsed, credentials, interval, reserve)
 
 
 def verifier(recorder: Recorder, clock: Clock) -> SignatureVerifier:
@@ -248,3 +274,184 @@ def test_a_slow_round_s_late_ticks_take_its_verdicts_and_the_next_round_looks_up
     clock.now = grid + 31  # the next round looks it up again
     assert isinstance(in_round(grid + 30), Untrusted)
     assert len(recorder.asked) > asks
+
+
+def digests(count: int) -> list[str]:
+    return [f"sha256:{n:064x}" for n in range(1, count + 1)]
+
+
+def test_a_call_looks_up_at_most_its_limit_and_the_rest_wait_without_blame() -> None:
+    recorder, clock = Recorder(), Clock()
+    v = verifier(recorder, clock)
+    wanted = [request(d) for d in digests(5)]
+    first = asyncio.run(v.verify(wanted, owner="ns/policy", limit=2))
+    looked_up = {r.digest for r, o in first.items() if isinstance(o, Untrusted)}
+    waiting = [o for o in first.values() if isinstance(o, SignaturesWaiting)]
+    assert looked_up == set(digests(2))
+    assert {f"legacy {d}" for d in digests(5)} & set(recorder.asked) == {
+        f"legacy {d}" for d in digests(2)
+    }
+    assert len(waiting) == 3
+    assert not any(w.budget for w in waiting)
+    assert all("at most 2 digests' signatures a tick" in w.message for w in waiting)
+    # The next call looks up those that waited, the remembered verdicts cost nothing.
+    second = asyncio.run(v.verify(wanted, owner="ns/policy", limit=2))
+    assert {r.digest for r, o in second.items() if isinstance(o, SignaturesWaiting)} == {
+        digests(5)[4]
+    }
+    third = asyncio.run(v.verify(wanted, owner="ns/policy", limit=2))
+    assert not any(isinstance(o, SignaturesWaiting) for o in third.values())
+    assert sorted(a for a in recorder.asked if a.startswith("legacy")) == sorted(
+        f"legacy {d}" for d in digests(5)
+    )
+
+
+def test_a_lookup_that_keeps_failing_waits_behind_those_never_looked_up() -> None:
+    d1, d2 = digests(2)
+    recorder, clock = Recorder(failing_for={d1}), Clock()
+    v = verifier(recorder, clock)
+    wanted = [request(d1), request(d2)]
+    first = asyncio.run(v.verify(wanted, limit=1))
+    assert isinstance(first[wanted[0]], SignaturesUnreadable)
+    assert isinstance(first[wanted[1]], SignaturesWaiting)
+    clock.now += 1
+    second = asyncio.run(v.verify(wanted, limit=1))
+    assert isinstance(second[wanted[1]], Untrusted)  # its turn, though listed second
+    assert isinstance(second[wanted[0]], SignaturesWaiting)
+
+
+def test_joining_a_lookup_in_flight_costs_nothing_of_the_limit() -> None:
+    recorder, clock = Recorder(), Clock()
+    v = verifier(recorder, clock)
+    d1, d2 = digests(2)
+
+    async def together() -> dict[VerifyRequest, SignatureOutcome]:
+        recorder.gate = asyncio.Event()
+        other = asyncio.ensure_future(v.verify([request(d1)], owner="other", limit=1))
+        await asyncio.sleep(0)
+        mine = asyncio.ensure_future(v.verify([request(d1), request(d2)], owner="me", limit=1))
+        await asyncio.sleep(0)
+        recorder.gate.set()
+        await other
+        return await mine
+
+    outcomes = asyncio.run(together())
+    assert all(isinstance(o, Untrusted) for o in outcomes.values())
+    assert recorder.asked.count(f"legacy {d1}") == 1
+
+
+def test_one_account_s_unsigned_reading_never_answers_another_account() -> None:
+    # On a registry that answers 404 to reads it does not authorise, an account without access
+    # finds no signature: that is its verdict, not the digest's.
+    d = digests(1)[0]
+    recorder, clock = Recorder({d: legacy_evidence(KEY, d, REPO.repository)}), Clock()
+    recorder.hidden_from = {"anonymous"}
+    v = verifier(recorder, clock)
+    stranger = request(d)
+    tenant = request(d, credentials=Credentials("tenant", "secret", "team/pull"))
+    assert isinstance(outcome(v, stranger), Untrusted)
+    assert isinstance(outcome(v, tenant), Verified)
+    # A verified verdict is the digest's: it answers the stranger now, at no cost.
+    asks = len(recorder.asked)
+    assert isinstance(outcome(v, stranger), Verified)
+    assert len(recorder.asked) == asks
+
+
+def test_accounts_asking_at_once_never_share_a_lookup() -> None:
+    d = digests(1)[0]
+    recorder, clock = Recorder({d: legacy_evidence(KEY, d, REPO.repository)}), Clock()
+    recorder.hidden_from = {"anonymous"}
+    v = verifier(recorder, clock)
+    stranger = request(d)
+    tenant = request(d, credentials=Credentials("tenant", "secret", "team/pull"))
+
+    async def together() -> list[dict[VerifyRequest, SignatureOutcome]]:
+        recorder.gate = asyncio.Event()
+        calls = [asyncio.ensure_future(v.verify([r])) for r in (stranger, tenant)]
+        await asyncio.sleep(0)
+        recorder.gate.set()
+        return list(await asyncio.gather(*calls))
+
+    first, second = asyncio.run(together())
+    assert isinstance(first[stranger], Untrusted)
+    assert isinstance(second[tenant], Verified)
+    assert recorder.asked.count(f"legacy {d}") == 2
+
+
+def test_a_lookup_held_by_the_reserve_waits_without_blame_and_is_asked_again() -> None:
+    d = digests(1)[0]
+    recorder = Recorder({d: legacy_evidence(KEY, d, REPO.repository)}, below_reserve=True)
+    clock = Clock()
+    v = verifier(recorder, clock)
+    held = outcome(v, request(d, reserve=2))
+    assert isinstance(held, SignaturesWaiting)
+    assert held.budget
+    assert "2 stay reserved for the kubelet; it is looked up at the next tick" in held.message
+    recorder.below_reserve = False
+    assert isinstance(outcome(v, request(d, reserve=2)), Verified)  # nothing was remembered
+
+
+def test_verified_answers_from_memory_alone() -> None:
+    d1, d2 = digests(2)
+    recorder, clock = Recorder({d1: legacy_evidence(KEY, d1, REPO.repository)}), Clock()
+    v = verifier(recorder, clock)
+    keys = request(d1).keys
+    assert not v.verified(REPO.repository, d1, keys)
+    assert isinstance(outcome(v, request(d1)), Verified)
+    assert isinstance(outcome(v, request(d2)), Untrusted)
+    asks = len(recorder.asked)
+    assert v.verified(REPO.repository, d1, keys)
+    assert not v.verified(REPO.repository, d2, keys)
+    assert not v.verified(REPO.repository, d1, request(d1, KEY, OTHER).keys)
+    assert not v.verified("registry.test/team/other", d1, keys)
+    assert len(recorder.asked) == asks
+
+
+def test_signature_checks_run_on_the_verification_thread_not_the_event_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    d = digests(1)[0]
+    recorder, clock = Recorder({d: legacy_evidence(KEY, d, REPO.repository)}), Clock()
+    v = verifier(recorder, clock)
+    checked_on: list[int] = []
+
+    def recorded(*args: Any, **kwargs: Any) -> Verdict:
+        checked_on.append(threading.get_ident())
+        return verify(*args, **kwargs)
+
+    monkeypatch.setattr(lookups, "verify", recorded)
+
+    async def main() -> tuple[int, SignatureOutcome]:
+        return threading.get_ident(), (await v.verify([request(d)]))[request(d)]
+
+    loop_thread, verdict = asyncio.run(main())
+    assert isinstance(verdict, Verified)
+    assert checked_on
+    assert loop_thread not in checked_on
+
+
+def test_a_verified_verdict_landing_after_a_later_lookup_s_untrusted_one_stands() -> None:
+    # The first lookup reads the signature and answers slowly; meanwhile the signature tag is
+    # gone (deleted, or a registry hiccup), and a tick asked for looks up again and lands first
+    # with nothing found. The signature was there: the verified verdict stands.
+    d = digests(1)[0]
+    recorder, clock = Recorder({d: legacy_evidence(KEY, d, REPO.repository)}), Clock()
+    v = verifier(recorder, clock)
+
+    async def race() -> tuple[SignatureOutcome, SignatureOutcome]:
+        gate = recorder.gate = asyncio.Event()
+        recorder.reading = asyncio.Event()
+        earlier = asyncio.ensure_future(v.verify([request(d)]))
+        await recorder.reading.wait()
+        recorder.gate = recorder.reading = None
+        del recorder.signed[d]
+        clock.now += 5
+        later = (await v.verify([request(d)], since=clock.now - 1))[request(d)]
+        gate.set()
+        return later, (await earlier)[request(d)]
+
+    later, earlier = asyncio.run(race())
+    assert isinstance(later, Untrusted)
+    assert isinstance(earlier, Verified)
+    assert v.verified(REPO.repository, d, request(d).keys)
+    assert isinstance(outcome(v, request(d)), Verified)
