@@ -5,9 +5,10 @@ made by the pinned cosign, offline:
 
 * a **hostile** policy lists the eight costliest keys a policy may (RSA-8192, committed under
   tests/support/keys) and pins 20 digests, each with 16 referrers: 15 bundles of 16 envelope
-  signatures that no key made, then the real cosign bundle by a listed key. One check of such a
-  digest is about 2,000 RSA-8192 verifications (15 referrers of 16 signatures under 8 keys),
-  most of a second of CPU here;
+  signatures that no key made, then a real cosign bundle by the tenant's own key, which it does
+  not list (cosign 3.1.3 refuses RSA keys over 4096 bits, so it cannot sign with the listed
+  ones). One check of such a digest is 1,920 RSA-8192 verifications (15 bundles of 16
+  signatures, under 8 keys), most of a second of CPU here, and ends Untrusted;
 * an **honest** policy beside it tracks a tag whose new build cosign signed with its P-256 key.
 
 Wall-clock figures (``/healthz`` within 1 s, the honest pin within 5 s of its tick) are what an
@@ -59,7 +60,6 @@ from support.scenario import deployment, images, policy, status
 from support.signing import (
     bundle,
     bundle_document,
-    cosign_import_key,
     cosign_sign,
     push_signatures,
     read_evidence,
@@ -109,6 +109,12 @@ def push(host: str, path: str, tag: str, seed: str) -> str:
         return pusher.push(path, tag, seed=seed).digest
     finally:
         pusher.close()
+
+
+def rolled_out(cluster: Cluster, ns: str, name: str = "app") -> None:
+    """Wait for the Deployment's rollout: a policy's first tick then judges it settled (one
+    in flight would be skipped, never gated)."""
+    cluster.kubectl("rollout", "status", "-n", ns, f"deployment/{name}", "--timeout=120s")
 
 
 def target_of(cluster: Cluster, ns: str, policy_name: str, workload: str) -> dict[str, Any]:
@@ -232,7 +238,7 @@ def test_a_hostile_policy_verifying_holds_neither_healthz_nor_an_honest_verdict(
 ) -> None:
     work = tmp_path_factory.mktemp("tenant-costs")
     heavy = rsa8192_keys()
-    heavy_key = cosign_import_key(cosign, heavy[0].private_pem, work / "heavy", PASSWORD)
+    hostile_key = key_pair(cosign, work / "hostile", PASSWORD)  # listed nowhere
     honest_key = key_pair(cosign, work / "honest", PASSWORD)
     honest_pem = honest_key.public.read_text()
     with namespace(cluster, "honest") as honest_ns, namespace(cluster, "hostile") as hostile_ns:
@@ -243,7 +249,7 @@ def test_a_hostile_policy_verifying_holds_neither_healthz_nor_an_honest_verdict(
                     bundle_format=False, password=PASSWORD)  # fmt: skip
         cluster.apply(deployment("app", {"app": f"{registry}/{path}@{old}"}, replicas=1),
                       namespace=honest_ns)  # fmt: skip
-        cluster.kubectl("rollout", "status", "-n", honest_ns, "deployment/app", "--timeout=60s")
+        rolled_out(cluster, honest_ns)
         cluster.apply(
             policy("honest", {"kind": "Deployment", "name": "app",
                               "containers": [{"name": "app", "image": f"{registry}/{path}:prod"}]},
@@ -253,7 +259,7 @@ def test_a_hostile_policy_verifying_holds_neither_healthz_nor_an_honest_verdict(
         operator.wait_first_tick(honest_ns, "honest")
         assert target_of(cluster, honest_ns, "honest", "app")["phase"] == "Current"
 
-        # The hostile policy's evidence: real cosign bundles by a listed RSA-8192 key, each
+        # The hostile policy's evidence: real cosign bundles by a key it does not list, each
         # behind 15 bundles of junk signatures.
         hostile_path = f"{hostile_ns}/app"
         digests = [
@@ -263,7 +269,7 @@ def test_a_hostile_policy_verifying_holds_neither_healthz_nor_an_honest_verdict(
         pusher = ImagePusher(registry)
         try:
             for digest in digests:
-                cosign_sign(cosign, heavy_key, f"{registry}/{hostile_path}@{digest}",
+                cosign_sign(cosign, hostile_key.private, f"{registry}/{hostile_path}@{digest}",
                             bundle_format=True, password=PASSWORD)  # fmt: skip
                 _, (signed,) = read_evidence(registry, hostile_path, digest)
                 junk = [junk_bundle(digest) for _ in range(JUNK_REFERRERS)]
@@ -273,9 +279,7 @@ def test_a_hostile_policy_verifying_holds_neither_healthz_nor_an_honest_verdict(
         workloads = hostile_workloads(registry, hostile_path, digests)
         cluster.apply(*workloads, namespace=hostile_ns)
         for workload in workloads:  # settled: a rollout in flight would be skipped, not gated
-            name = workload["metadata"]["name"]
-            cluster.kubectl("rollout", "status", "-n", hostile_ns, f"deployment/{name}",
-                            "--timeout=120s")  # fmt: skip
+            rolled_out(cluster, hostile_ns, workload["metadata"]["name"])
 
         with Prober(operator) as prober:
             cluster.apply(
@@ -312,23 +316,41 @@ def test_a_hostile_policy_verifying_holds_neither_healthz_nor_an_honest_verdict(
         assert finished_at_pin < HOSTILE_DIGESTS
 
         # The cap: 16 of the 20 digests were looked up in the hostile policy's first tick, the
-        # others wait for its next, without blame (Waiting, not Error or Degraded).
-        hostile = status(cluster, hostile_ns, "hostile")
-        containers = [c for t in hostile["targets"] for c in t["containers"]]
-        verified = [c for c in containers if c.get("verifiedBy")]
-        assert {c["verifiedBy"] for c in verified} == {heavy[0].fingerprint}
-        assert len(verified) == 16
-        queued = [t for t in hostile["targets"] if "signature verification of" in t["message"]]
-        assert queued
-        assert all(t["phase"] == "Waiting" for t in queued)
-        assert all("queued: the policy looks up at most 16" in t["message"] for t in queued)
-        degraded = next(c for c in hostile["conditions"] if c["type"] == "Degraded")
-        assert degraded["status"] == "False"
-        # Its next tick looks up the rest: every hostile digest verified, nothing patched.
+        # others wait for its next, without blame (queued, not unreadable, nothing Degraded).
+        first = held_containers(cluster, hostile_ns)
+        assert len(first["untrusted"]) == 16
+        assert len(first["queued"]) == HOSTILE_DIGESTS - 16
+        assert not first["unreadable"]
+        assert condition_of(cluster, hostile_ns, "hostile", "Degraded")["status"] == "False"
+        # Its next tick (asked for: untrusted verdicts are asked again) looks up those that
+        # waited first, then those looked up longest ago.
         operator.tick(hostile_ns, "hostile", timeout=600)
-        hostile = status(cluster, hostile_ns, "hostile")
-        assert all(t["phase"] == "Current" for t in hostile["targets"])
-        assert all(c.get("verifiedBy") for t in hostile["targets"] for c in t["containers"])
+        second = held_containers(cluster, hostile_ns)
+        assert first["queued"] <= second["untrusted"]
+        assert len(second["queued"]) == HOSTILE_DIGESTS - 16
+        assert not second["unreadable"]
+        assert all(
+            t["phase"] == "Untrusted" for t in status(cluster, hostile_ns, "hostile")["targets"]
+        )
+
+
+def held_containers(cluster: Cluster, ns: str) -> dict[str, set[str]]:
+    """The hostile policy's containers (workload/container) by how its status holds them."""
+    found: dict[str, set[str]] = {"untrusted": set(), "queued": set(), "unreadable": set()}
+    patterns = {
+        "untrusted": r"(c\d+): sha256:[0-9a-f]{64} carries no valid signature by a key of "
+        r"spec.verify \(bad-signature",
+        "queued": r"(c\d+): signature verification of sha256:[0-9a-f]+… queued",
+        "unreadable": r"(c\d+): the signatures of sha256:[0-9a-f]+… could not be read",
+    }
+    for target in status(cluster, ns, "hostile")["targets"]:
+        for kind, pattern in patterns.items():
+            found[kind] |= {f"{target['name']}/{c}" for c in re.findall(pattern, target["message"])}
+    return found
+
+
+def condition_of(cluster: Cluster, ns: str, name: str, kind: str) -> dict[str, Any]:
+    return next(c for c in status(cluster, ns, name)["conditions"] if c["type"] == kind)
 
 
 # --- verdicts by account: a registry that hides what an account may not read ---------------------
@@ -364,10 +386,10 @@ def test_one_tenant_reading_no_signature_never_plants_untrusted_for_another(
         declared = {"kind": "Deployment", "name": "app", "containers": [
             {"name": "app", "image": f"{front.host}/{path}:prod", "digest": digest}]}  # fmt: skip
 
+        cluster.apply(deployment("app", {"app": pinned}, replicas=1), namespace=stranger)
+        rolled_out(cluster, stranger)
         cluster.apply(
-            deployment("app", {"app": pinned}, replicas=1),
-            policy("control-plane", declared, verify={"publicKeys": [pem]}),
-            namespace=stranger,
+            policy("control-plane", declared, verify={"publicKeys": [pem]}), namespace=stranger
         )
         operator.wait_first_tick(stranger, "control-plane")
         found = target_of(cluster, stranger, "control-plane", "app")
@@ -381,6 +403,7 @@ def test_one_tenant_reading_no_signature_never_plants_untrusted_for_another(
         workload = deployment("app", {"app": pinned}, replicas=1)
         workload["spec"]["template"]["spec"]["imagePullSecrets"] = [{"name": "owner-pull"}]
         cluster.apply(secret, workload, namespace=owner)
+        rolled_out(cluster, owner)
         cluster.apply(policy("control-plane", declared, verify={"publicKeys": [pem]}),
                       namespace=owner)  # fmt: skip
         operator.wait_first_tick(owner, "control-plane")
@@ -419,7 +442,7 @@ def test_a_signature_lookup_waits_for_the_pull_budget_s_reserve_and_nothing_is_p
         workload = deployment("app", {"app": f"{front.host}/{path}@{old}"}, replicas=1)
         workload["spec"]["template"]["spec"]["imagePullSecrets"] = [{"name": "saver-pull"}]
         cluster.apply(secret, workload, namespace=ns)
-        cluster.kubectl("rollout", "status", "-n", ns, "deployment/app", "--timeout=60s")
+        rolled_out(cluster, ns)
         container = {"name": "app", "image": f"{front.host}/{path}:prod"}
         tracked = {"kind": "Deployment", "name": "app", "containers": [container]}
         cluster.apply(

@@ -27,6 +27,7 @@ def rsa8192_keys() -> list[TestKey]:
         loaded = serialization.load_pem_private_key(
             (KEYS_DIR / f"rsa8192-{index}.pem").read_bytes(), password=None
         )
-        assert isinstance(loaded, rsa.RSAPrivateKey) and loaded.key_size == 8192
+        assert isinstance(loaded, rsa.RSAPrivateKey)
+        assert loaded.key_size == 8192
         keys.append(TestKey(loaded))
     return keys

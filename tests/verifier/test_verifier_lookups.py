@@ -34,7 +34,13 @@ from imagerefresh.signatures import (
     parse_public_key,
     verify,
 )
-from imagerefresh.verifier import MAX_BACKOFF, SignatureVerifier, VerifyRequest, lookups
+from imagerefresh.verifier import (
+    MAX_BACKOFF,
+    MAX_READS_PER_POLICY,
+    SignatureVerifier,
+    VerifyRequest,
+    lookups,
+)
 
 from support.signing import TestKey, legacy, payload
 
@@ -54,6 +60,7 @@ class Recorder:
     hidden_from: set[str] = field(default_factory=set)  # accounts that read 404 everywhere
     below_reserve: bool = False  # a GET would take the budget below the caller's reserve
     asked: list[str] = field(default_factory=list)
+    reading_now: int = 0  # legacy reads in flight
     gate: asyncio.Event | None = None
     reading: asyncio.Event | None = None  # set once a lookup has read the legacy tag
 
@@ -69,8 +76,12 @@ class Recorder:
         found, gate = self.signed.get(digest), self.gate  # read now, answered once the gate opens
         if self.reading is not None:
             self.reading.set()
-        if gate is not None:
-            await gate.wait()
+        self.reading_now += 1
+        try:
+            if gate is not None:
+                await gate.wait()
+        finally:
+            self.reading_now -= 1
         if self.failing or digest in self.failing_for:
             raise RegistryUnavailable("registry.test answered 503", registry="registry.test")
         if self.below_reserve and reserve is not None:
@@ -455,3 +466,26 @@ def test_a_verified_verdict_landing_after_a_later_lookup_s_untrusted_one_stands(
     assert isinstance(earlier, Verified)
     assert v.verified(REPO.repository, d, request(d).keys)
     assert isinstance(outcome(v, request(d)), Verified)
+
+
+def test_a_policy_reads_two_digests_signatures_at_once_and_never_holds_another_policy_s_read() -> (
+    None
+):
+    recorder, clock = Recorder(), Clock()
+    v = verifier(recorder, clock)
+
+    async def main() -> tuple[int, int]:
+        recorder.gate = asyncio.Event()
+        many = asyncio.ensure_future(v.verify([request(d) for d in digests(6)], owner="hostile"))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        hostile_reads = recorder.reading_now
+        one = asyncio.ensure_future(v.verify([request(digests(7)[-1])], owner="honest"))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        both = recorder.reading_now
+        recorder.gate.set()
+        await asyncio.gather(many, one)
+        return hostile_reads, both
+
+    assert asyncio.run(main()) == (MAX_READS_PER_POLICY, MAX_READS_PER_POLICY + 1)

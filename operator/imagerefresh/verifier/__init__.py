@@ -18,6 +18,7 @@ under a key set.
 """
 
 from imagerefresh.verifier.lookups import (
+    MAX_READS_PER_POLICY,
     MAX_VERIFICATIONS_PER_TICK,
     LookupObserver,
     SignatureVerifier,
@@ -29,6 +30,7 @@ from imagerefresh.verifier.pool import DEFAULT_WORKERS, PoolObserver, Verificati
 __all__ = [
     "DEFAULT_WORKERS",
     "MAX_BACKOFF",
+    "MAX_READS_PER_POLICY",
     "MAX_REMEMBERED",
     "MAX_VERIFICATIONS_PER_TICK",
     "LookupObserver",

@@ -16,6 +16,10 @@ Each tenant pays for itself:
   the rest;
 * a lookup whose next GET would take the account's pull budget below the policy's reserve
   stops before it (:class:`~imagerefresh.registry.PullBudgetHeld`) and waits too;
+* it reads at most :data:`MAX_READS_PER_POLICY` digests' signatures at once, so however many
+  it has to look up it holds at most that many of a registry's turns (the client lets a few
+  lookups at a time to one registry): another policy's lookup or tag at the same registry
+  never queues behind its whole batch;
 * its checks are queued under the policy that asked, and the pool serves policies in turn.
 
 An unsigned (or wrongly signed) digest is asked again with backoff — at the policy's next
@@ -38,9 +42,10 @@ about the same digest at once share one lookup; accounts never share one (see
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import AsyncIterator, Callable, Hashable, Iterable
 from dataclasses import dataclass
 from functools import partial
 
@@ -58,7 +63,13 @@ from imagerefresh.signatures import PublicKey, Untrusted, Verified, verify
 from imagerefresh.verifier.memory import MAX_REMEMBERED, Memo, VerdictMemory, memo_of
 from imagerefresh.verifier.pool import VerificationPool
 
-__all__ = ["MAX_VERIFICATIONS_PER_TICK", "LookupObserver", "SignatureVerifier", "VerifyRequest"]
+__all__ = [
+    "MAX_READS_PER_POLICY",
+    "MAX_VERIFICATIONS_PER_TICK",
+    "LookupObserver",
+    "SignatureVerifier",
+    "VerifyRequest",
+]
 
 log = structlog.get_logger(__name__)
 
@@ -66,6 +77,10 @@ log = structlog.get_logger(__name__)
 # dozen images) is verified in one tick, and a hostile policy costs at most this many lookups
 # (each at most 16 referrers of 16 envelope signatures each, under 8 keys) a tick.
 MAX_VERIFICATIONS_PER_TICK = 16
+
+# Digests' signatures one policy reads at once, at most (the registry client lets 4 lookups at
+# a time to one registry by default: a policy holds at most half of its turns).
+MAX_READS_PER_POLICY = 2
 
 # (registry host, outcome) → None: the metrics module counts lookups here. Outcomes:
 # verified, untrusted, unreadable (the registry was read), deferred (held by the pull
@@ -122,6 +137,8 @@ class SignatureVerifier:
         self._flying: dict[_Key, tuple[float, asyncio.Task[SignatureOutcome]]] = {}
         # When each was last looked up: the least recent go first when a call is capped.
         self._attempted: OrderedDict[_Key, float] = OrderedDict()
+        # Each policy's reads in flight (kept only while it has some).
+        self._reading: dict[Hashable, tuple[asyncio.Semaphore, int]] = {}
 
     def verified(self, repository: str, digest: str, keys: Iterable[PublicKey]) -> bool:
         """Whether memory holds a verified verdict on ``digest`` of ``repository`` (fully
@@ -240,7 +257,10 @@ class SignatureVerifier:
         candidates are checked once, on the pool's threads."""
         reference, digest, keys = request.repository, request.digest, request.keys
         credentials, reserve = request.credentials, request.reserve
-        legacy = await self.client.legacy_signature(reference, digest, credentials, reserve=reserve)
+        async with self._reads(owner):
+            legacy = await self.client.legacy_signature(
+                reference, digest, credentials, reserve=reserve
+            )
         first: Verified | Untrusted | None = None
         if legacy is not None:
             first = await self.pool.run(
@@ -248,11 +268,27 @@ class SignatureVerifier:
             )
             if isinstance(first, Verified):
                 return first
-        bundles = await self.client.bundle_signatures(
-            reference, digest, credentials, reserve=reserve
-        )
+        async with self._reads(owner):
+            bundles = await self.client.bundle_signatures(
+                reference, digest, credentials, reserve=reserve
+            )
         then = await self.pool.run(owner, partial(verify, digest, reference, keys, bundles=bundles))
         return then if not isinstance(first, Untrusted) else _furthest(first, then)
+
+    @contextlib.asynccontextmanager
+    async def _reads(self, owner: Hashable) -> AsyncIterator[None]:
+        """One of ``owner``'s :data:`MAX_READS_PER_POLICY` turns to read a registry."""
+        gate, users = self._reading.get(owner) or (asyncio.Semaphore(MAX_READS_PER_POLICY), 0)
+        self._reading[owner] = (gate, users + 1)
+        try:
+            async with gate:
+                yield
+        finally:
+            gate, users = self._reading[owner]
+            if users == 1:
+                del self._reading[owner]
+            else:
+                self._reading[owner] = (gate, users - 1)
 
     def _observe(self, host: str, outcome: str) -> None:
         if self._observer is not None:
