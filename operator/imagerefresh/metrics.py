@@ -148,8 +148,8 @@ class Metrics:
         )
         self.signature_checks = Histogram(
             "imagerefresh_signature_check_cpu_seconds",
-            "CPU time of each signature check on the verification threads (one format's "
-            "candidates of one digest under the listed keys)",
+            "CPU time of each signature check on the verification threads (one candidate of "
+            "one digest, the .sig tag's layers or one referrer's bundle, under the listed keys)",
             buckets=(0.001, 0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
             registry=r,
         )

@@ -42,7 +42,7 @@ from imagerefresh.verifier import (
     lookups,
 )
 
-from support.signing import TestKey, legacy, payload
+from support.signing import TestKey, bundle, legacy, payload, statement
 
 KEY, OTHER = TestKey.p256(), TestKey.p256()
 REPO = parse("registry.test/team/app:prod")
@@ -55,6 +55,7 @@ class Recorder:
     """Stands in for the registry client: serves a legacy signature per digest, counts asks."""
 
     signed: dict[str, LegacyEvidence] = field(default_factory=dict)
+    referrers: dict[str, tuple[BundleEvidence, ...]] = field(default_factory=dict)
     failing: bool = False
     failing_for: set[str] = field(default_factory=set)  # digests whose lookups fail
     hidden_from: set[str] = field(default_factory=set)  # accounts that read 404 everywhere
@@ -102,7 +103,7 @@ class Recorder:
         reserve: int | None = None,
     ) -> tuple[BundleEvidence, ...]:
         self.asked.append(f"bundles {digest}")
-        return ()
+        return self.referrers.get(digest, ())
 
 
 class Clock:
@@ -489,3 +490,49 @@ def test_a_policy_reads_two_digests_signatures_at_once_and_never_holds_another_p
         return hostile_reads, both
 
     assert asyncio.run(main()) == (MAX_READS_PER_POLICY, MAX_READS_PER_POLICY + 1)
+
+
+def _palette(digest: str) -> dict[str, LegacyEvidence | BundleEvidence]:
+    """Candidates that fail at different checks, and good ones, of ``digest``."""
+    body = payload(digest, REPO.repository)
+    elsewhere = payload(digest, "registry.test/team/other")
+    return {
+        "legacy-good": legacy((body, KEY.sign(body))),
+        "legacy-other-key": legacy((body, OTHER.sign(body))),
+        "legacy-elsewhere": legacy((elsewhere, KEY.sign(elsewhere))),
+        "bundle-good": bundle(digest, KEY),
+        "bundle-other-key": bundle(digest, OTHER),
+        "bundle-attestation": bundle(
+            digest, KEY, body=statement(digest, predicate_type="https://slsa.dev/provenance/v1")
+        ),
+        "bundle-other-subject": bundle(digest, KEY, subject="sha256:" + "9" * 64),
+    }
+
+
+@pytest.mark.parametrize(
+    "legacy_case", [None, "legacy-good", "legacy-other-key", "legacy-elsewhere"]
+)
+def test_checking_candidate_by_candidate_concludes_what_verify_concludes_of_all(
+    legacy_case: str | None,
+) -> None:
+    d = digests(1)[0]
+    palette = _palette(d)
+    names = [n for n in palette if n.startswith("bundle")]
+    for count in range(4):
+        for chosen in itertools.product(names, repeat=count):
+            found_legacy = palette[legacy_case] if legacy_case else None
+            found_bundles = tuple(palette[n] for n in chosen)
+            assert found_legacy is None or isinstance(found_legacy, LegacyEvidence)
+            recorder = Recorder(
+                {d: found_legacy} if found_legacy is not None else {},
+                referrers={d: found_bundles},  # type: ignore[dict-item]
+            )
+            v = verifier(recorder, Clock())
+            expected = verify(
+                d,
+                REPO,
+                request(d).keys,
+                legacy=found_legacy,
+                bundles=found_bundles,  # type: ignore[arg-type]
+            )
+            assert outcome(v, request(d)) == expected, (legacy_case, chosen)

@@ -59,7 +59,7 @@ from imagerefresh.planner.evidence import (
 )
 from imagerefresh.reference import ImageReference, registry_host
 from imagerefresh.registry import PullBudgetHeld, RegistryClient, RegistryError
-from imagerefresh.signatures import PublicKey, Untrusted, Verified, verify
+from imagerefresh.signatures import MAX_CANDIDATES, PublicKey, Untrusted, Verified, verify
 from imagerefresh.verifier.memory import MAX_REMEMBERED, Memo, VerdictMemory, memo_of
 from imagerefresh.verifier.pool import VerificationPool
 
@@ -253,27 +253,36 @@ class SignatureVerifier:
     async def _read_and_verify(
         self, request: VerifyRequest, owner: Hashable
     ) -> Verified | Untrusted:
-        """The legacy tag first; the referrers only when it verified nothing. Each format's
-        candidates are checked once, on the pool's threads."""
+        """The legacy tag first; the referrers only when it verified nothing. Each candidate
+        (the ``.sig`` tag's layers, one referrer's bundle) is one check on the pool's thread,
+        so another policy's check waits for one candidate at most, never for a whole digest;
+        together they conclude what :func:`verify` concludes of all of them at once."""
         reference, digest, keys = request.repository, request.digest, request.keys
         credentials, reserve = request.credentials, request.reserve
         async with self._reads(owner):
             legacy = await self.client.legacy_signature(
                 reference, digest, credentials, reserve=reserve
             )
-        first: Verified | Untrusted | None = None
+        found: Verified | Untrusted | None = None
         if legacy is not None:
-            first = await self.pool.run(
+            found = await self.pool.run(
                 owner, partial(verify, digest, reference, keys, legacy=legacy)
             )
-            if isinstance(first, Verified):
-                return first
+            if isinstance(found, Verified):
+                return found
         async with self._reads(owner):
             bundles = await self.client.bundle_signatures(
                 reference, digest, credentials, reserve=reserve
             )
-        then = await self.pool.run(owner, partial(verify, digest, reference, keys, bundles=bundles))
-        return then if not isinstance(first, Untrusted) else _furthest(first, then)
+        for evidence in bundles[:MAX_CANDIDATES]:
+            one = await self.pool.run(
+                owner, partial(verify, digest, reference, keys, bundles=(evidence,))
+            )
+            found = one if found is None else _furthest(found, one)
+            if isinstance(found, Verified):
+                return found
+        # No candidate at all: nothing to check, and verify says so at once.
+        return found if found is not None else verify(digest, reference, keys)
 
     @contextlib.asynccontextmanager
     async def _reads(self, owner: Hashable) -> AsyncIterator[None]:
@@ -295,9 +304,12 @@ class SignatureVerifier:
             self._observer(host, outcome)
 
 
-def _furthest(legacy: Untrusted, then: Verified | Untrusted) -> Verified | Untrusted:
-    """One verdict from both formats': verified if the bundles verified; else the failure
-    that got furthest, the legacy one among equals (as :func:`verify` ranks candidates)."""
+def _furthest(before: Verified | Untrusted, then: Verified | Untrusted) -> Verified | Untrusted:
+    """One verdict from two candidates' in the order they were checked: verified if either
+    verified; else the failure that got furthest, the earlier among equals (as :func:`verify`
+    ranks candidates)."""
+    if isinstance(before, Verified):
+        return before
     if isinstance(then, Verified):
         return then
-    return then if then.failure.rank > legacy.failure.rank else legacy
+    return then if then.failure.rank > before.failure.rank else before

@@ -2,14 +2,15 @@
 
 Checking a signature is CPU work — an RSA-8192 verification takes about half a millisecond
 here, and a hostile digest may ask for 2,048 of them (16 referrers, 16 envelope signatures
-each, under 8 keys) — so it never runs on the event loop, which must go on answering
-``/healthz``, renewing the Lease and judging rollouts. :class:`VerificationPool` runs each
-check on one of a few worker threads (one by default: the checks hold the GIL, so more threads
-would only take more of the loop's turns) and queues the rest per *owner* (the policy that
-asked). When a thread is free it takes the oldest check of the owner served least since it
-last had nothing queued or running (the longest waiting among equals): one policy with
-hundreds of checks queued delays another policy's check by at most the checks already
-running, never by its backlog, and a policy that comes with one check goes next.
+each, under 8 keys; one referrer is one check) — so it never runs on the event loop, which
+must go on answering ``/healthz``, renewing the Lease and judging rollouts.
+:class:`VerificationPool` runs each check on one of a few worker threads (one by default: the
+checks hold the GIL, so more threads would only take more of the loop's turns) and queues the
+rest per *owner* (the policy that asked). When a thread is free it takes the oldest check of
+the owner served least since it last had nothing queued or running (the longest waiting among
+equals): one policy with hundreds of checks queued delays another policy's check by at most
+the checks already running, never by its backlog, and a policy that comes with one check goes
+next.
 
 A check whose caller gave up (its tick was cancelled) while it was queued never runs; one
 already running finishes on its thread and its answer is dropped.
