@@ -9,6 +9,8 @@ bundle is checked for it in test_signature_cosign.py). Checks are counted by wra
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from imagerefresh.reference import parse
@@ -101,3 +103,30 @@ def test_a_hostile_envelope_costs_at_most_its_signatures_times_the_listed_keys(
     evidence = signed_bundle([STRANGER] * MAX_CANDIDATES, key_hint(SIGNER.fingerprint))
     assert not verify(D, TRACKED, KEYS, bundles=[evidence]).ok
     assert len(checks) == MAX_CANDIDATES * MAX_KEYS
+
+
+@pytest.mark.parametrize(
+    "material",
+    [None, [], "hint", {"publicKey": None}, {"publicKey": ["hint"]}, {"publicKey": {}},
+     {"x509CertificateChain": {}}],
+    ids=["null", "a-list", "a-string", "null-key", "key-a-list", "no-hint", "a-certificate"],
+)  # fmt: skip
+def test_verification_material_of_any_other_shape_names_no_key_and_refuses_nothing(
+    checks: list[str], material: object
+) -> None:
+    body = statement(D)
+    document = json.loads(bundle_document(body, [SIGNER.sign(pae(IN_TOTO_PAYLOAD, body))]))
+    document["verificationMaterial"] = material
+    evidence = bundle(D, document=json.dumps(document).encode())
+    verdict = verify(D, TRACKED, KEYS, bundles=[evidence])
+    assert verdict == Verified(digest=D, key=SIGNER.fingerprint, format="bundle")
+    assert checks == [k.fingerprint for k in LISTED]  # in order: nothing was named
+
+
+def test_a_signature_naming_its_key_by_keyid_costs_one_check(checks: list[str]) -> None:
+    body = statement(D)
+    document = json.loads(bundle_document(body, [SIGNER.sign(pae(IN_TOTO_PAYLOAD, body))]))
+    document["dsseEnvelope"]["signatures"][0]["keyid"] = key_hint(SIGNER.fingerprint)
+    evidence = bundle(D, document=json.dumps(document).encode())
+    assert verify(D, TRACKED, KEYS, bundles=[evidence]).ok
+    assert checks == [SIGNER.fingerprint]

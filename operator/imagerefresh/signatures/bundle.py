@@ -212,7 +212,7 @@ def _hint(document: Mapping[str, Any]) -> object:
 def _fingerprint(named: object) -> str | None:
     """The key fingerprint a hint names (base64 of the sha256 of the key's DER, as cosign
     writes it); None for anything else — a hint is an order, never a reason to refuse."""
-    if not isinstance(named, str) or not named:
+    if not isinstance(named, str):
         return None
     try:
         digest = base64.b64decode(named, validate=True)
