@@ -44,6 +44,7 @@ __all__ = [
     "Resolved",
     "SignatureOutcome",
     "SignaturesUnreadable",
+    "SignaturesWaiting",
     "TargetEvidence",
     "TargetKey",
     "TickInput",
@@ -247,9 +248,21 @@ class SignaturesUnreadable:
     message: str
 
 
+@dataclass(frozen=True, slots=True)
+class SignaturesWaiting:
+    """``digest``'s signatures were not looked up this tick, and not for any fault: the policy
+    used up its verifications for the tick, or the lookup would take the account's pull budget
+    below its reserve (``budget``). Nothing is pinned on it; it is not unreadable evidence.
+    """
+
+    digest: str
+    message: str
+    budget: bool = False
+
+
 # With spec.verify, what the shell found for a container's desired digest: verified by a listed
-# key, signed by none (which check failed), or not readable.
-SignatureOutcome = Verified | Untrusted | SignaturesUnreadable
+# key, signed by none (which check failed), not readable, or not looked up yet.
+SignatureOutcome = Verified | Untrusted | SignaturesUnreadable | SignaturesWaiting
 
 
 @dataclass(frozen=True, slots=True)

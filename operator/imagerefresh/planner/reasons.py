@@ -28,6 +28,8 @@ WAITING_FOR_WINDOW = "WaitingForWindow"  # a drifted target waits for its next r
 LOCKSTEP_WAITING = "LockstepWaiting"  # a drifted target waits for a lockstep peer that cannot move
 UNTRUSTED = "Untrusted"  # with spec.verify: a desired digest has no valid signature
 SIGNATURES_UNREADABLE = "SignaturesUnreadable"  # its signatures could not be read: not pinned
+VERIFICATION_QUEUED = "VerificationQueued"  # the policy's verifications this tick are used up
+VERIFICATION_DEFERRED = "VerificationDeferred"  # a signature lookup would go below the reserve
 COOLING_DOWN = "CoolingDown"  # a new digest waits out spec.minimumAge
 BUILD_FAILED = "BuildFailed"  # a digest whose rollout failed here before is not tried again
 PRE_PULLING = "PrePulling"  # a refresh first pulls its digests onto the workload's nodes
@@ -87,6 +89,8 @@ TARGET_EVENTS = (
     LOCKSTEP_WAITING,
     UNTRUSTED,
     SIGNATURES_UNREADABLE,
+    VERIFICATION_QUEUED,
+    VERIFICATION_DEFERRED,
     COOLING_DOWN,
     BUILD_FAILED,
     PRE_PULLING,

@@ -82,6 +82,7 @@ class Hold:
     warning: bool = False
     until: datetime | None = None  # when it may pass (a cooldown's end): the policy ticks then
     degraded: bool = False  # unreadable evidence: the tick is Degraded
+    rate_limited: bool = False  # held for the pull budget: the tick is RateLimited
 
 
 @dataclass(slots=True)
@@ -175,6 +176,8 @@ class Decision:
         self.holds.append(hold)
         if hold.degraded:
             self.outcome.degraded = True
+        if hold.rate_limited:
+            self.outcome.rate_limited = True
         if hold.until is not None:
             wake = self.outcome.wake_at
             self.outcome.wake_at = hold.until if wake is None else min(wake, hold.until)
