@@ -63,11 +63,15 @@ SILENT_AFTER = 90.0
 # read directly, as they would without a watch.
 MAX_ITEMS = 5_000
 # Nor one whose kept objects take more than this (``size``): a namespace of huge objects.
-MAX_BYTES = 8 * 1024 * 1024
+MAX_BYTES = 4 * 1024 * 1024
 # Watch streams one process keeps at most (each a thread and a connection); past it, readers
 # read directly.
 MAX_STREAMS = 256
-_PAGE = 500
+# A LIST is read a page at a time, and a page is parsed whole: its size is what a copy costs
+# at its peak. Pages are sized to about this many bytes of JSON, from the objects the page
+# before weighed (the first asks for few: a namespace of huge objects is met carefully).
+_PAGE_BYTES = 2 * 1024 * 1024
+_PAGE_FIRST, _PAGE_MIN, _PAGE_MAX = 50, 10, 500
 _BACKOFF = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 
 
@@ -314,19 +318,23 @@ class Collection(Generic[T]):
         sizes: dict[str, int] = {}
         total = 0
         token: str | None = None
+        limit = _PAGE_FIRST
         while True:
-            query = [*self._query(), ("limit", _PAGE)]
+            query = [*self._query(), ("limit", limit)]
             if token is not None:
                 query.append(("continue", token))
-            page = self.api._request(f"list {self.what}", "GET", self.path, query=query)
-            for obj in page.get("items") or ():
+            page, weight = self._page(query)
+            found = page.get("items") or ()
+            for obj in found:
                 name, version = _identity(obj)
                 items[name], versions[name] = self.keep(obj), version
                 if self.size is not None:
                     sizes[name] = self.size(items[name])
                     total += sizes[name]
+            if found:
+                limit = max(_PAGE_MIN, min(_PAGE_MAX, _PAGE_BYTES * len(found) // max(weight, 1)))
             metadata = page.get("metadata") or {}
-            del page  # the raw page (large objects) goes before the next one is read
+            del page, found  # the whole objects go before the next page is read
             if len(items) > self.max_items:
                 raise _TooLarge(
                     f"list {self.what}: more than {self.max_items} objects; not kept (read "
@@ -345,11 +353,37 @@ class Collection(Generic[T]):
             self._heard = self.clock()
             self._synced = not self._stopped.is_set() and self._again is None
         self._first.set()
+        log.info("listed", collection=self.what, objects=len(items), kept_bytes=total)
         self._again_or_none()  # asked for again while this LIST ran: what it kept is not it
         for name in sorted({*before, *versions}):
             if before.get(name) != versions.get(name):
                 self._tell(name, versions.get(name, ""))
         return version
+
+    def _page(self, query: list[tuple[str, Any]]) -> tuple[Json, int]:
+        """One page of the LIST, parsed, and how many bytes of JSON it was."""
+        what = f"list {self.what}"
+        try:
+            response = _send(
+                self.api.api_client,
+                "GET",
+                self.path,
+                query,
+                {"Accept": "application/json"},
+                None,
+                self.api.timeout,
+            )
+            try:
+                data = response.data
+            finally:
+                response.release_conn()
+            weight = len(data)
+            page = json.loads(data)
+        except Exception as error:
+            raise translate(error, what=what) from error
+        if not isinstance(page, dict):
+            raise KubeError(f"{what}: the API server answered with a non-object; listed again")
+        return page, weight
 
     def _watch(self, version: str) -> str:
         """Watch from ``version`` until the API server ends the stream; the last version seen.
