@@ -23,7 +23,7 @@ from imagerefresh.kube.api import KubeApi
 from imagerefresh.kube.watch import SILENT_AFTER, Collection
 from imagerefresh.metrics import Metrics
 from imagerefresh.models import WorkloadKind
-from imagerefresh.planner import TargetKey
+from imagerefresh.planner import ObservedPod, TargetKey, Workload
 from imagerefresh.ratelimit import RateLimitLedger
 from imagerefresh.registry import RegistryClient
 from imagerefresh.resolver import SharedResolver
@@ -504,3 +504,71 @@ async def test_a_stream_silent_mid_rollout_still_yields_the_verdict_and_bars_not
             await asyncio.to_thread(
                 eventually, lambda: copy.lists > 1 and copy.synced, what="a new list", timeout=30
             )
+
+
+async def test_the_copies_decide_as_the_live_objects_do_and_keep_only_labels_selectors_read(
+    crd_installed: Cluster, registry: str, pusher: ImagePusher, policy_namespace: str
+) -> None:
+    """What the API server really returns — managedFields of several managers, the
+    controller's status, kwok's pod statuses — parsed whole and from the copies agrees; the
+    pods' copy keeps the labels a selector reads and, asked for another, lists again to keep it."""
+    cluster, ns = crd_installed, policy_namespace
+    pushed = pusher.push(f"{ns}/app", "prod", seed="live")
+    deployment_with_policy(cluster, ns, f"{registry}/{ns}/app:prod")
+    cluster.kubectl(
+        "set", "image", "-n", ns, "deployment/app", f"app={registry}/{ns}/app@{pushed.digest}"
+    )  # fmt: skip
+    cluster.kubectl("rollout", "status", "-n", ns, "deployment/app", "--timeout=60s")
+    await asyncio.to_thread(
+        eventually,
+        lambda: len(cluster.get("pods", "-n", ns, "-l", "app=app")["items"]) == 1,
+        what="the old pod gone",
+        timeout=60,
+    )
+    cluster.kubectl("label", "pods", "-n", ns, "-l", "app=app", "tier=a", "noise=n")
+    api = KubeApi.from_environment(cluster.kubeconfig)
+    key = TargetKey(WorkloadKind.DEPLOYMENT, ns, "app")
+    with _ticker(api, registry) as ticker:
+        watches = ticker.watches
+        assert watches is not None
+        await _copies_synced(ticker, key)
+        live = api.read_workload("Deployment", ns, "app")
+        assert live is not None
+        assert {e["manager"] for e in live["metadata"]["managedFields"]} >= {"kubectl-set"}
+
+        def copied() -> dict[str, Any] | None:
+            _, found = watches.workload(key)
+            stored = cluster.get("deployment", "app", "-n", ns)["metadata"]["resourceVersion"]
+            return found if found and found["metadata"]["resourceVersion"] == stored else None
+
+        kept = await asyncio.to_thread(eventually, copied, what="the copy caught up", timeout=30)
+        live = api.read_workload("Deployment", ns, "app")
+        assert Workload.from_api(kept) == Workload.from_api(live)  # type: ignore[arg-type]
+        assert Workload.from_api(kept).image_managers == {"app": "kubectl-set"}
+        assert kept["spec"]["selector"] == live["spec"]["selector"]  # type: ignore[index]
+
+        def by_name(pods: Any) -> list[ObservedPod]:
+            return sorted(pods, key=lambda pod: pod.name)
+
+        listed = by_name(ObservedPod.from_api(p) for p in api.list_pods(ns, SELECTOR))
+        watched = watches.pods(ns, SELECTOR)
+        assert watched is not None
+        assert by_name(p.pod for p in watched) == listed
+        assert all(set(p.labels) == {"app"} for p in watched)  # tier, noise, hash: not read
+
+        copy = watches._pods[ns]
+        lists = copy.lists
+        tiered = {"matchLabels": {"app": "app"}, "matchExpressions": [
+            {"key": "tier", "operator": "In", "values": ["a"]}
+        ]}  # fmt: skip
+        assert watches.pods(ns, tiered) is None  # tier is not kept yet: read directly
+        await asyncio.to_thread(
+            eventually,
+            lambda: copy.lists > lists and watches.pods(ns, tiered),
+            what="the copy listed again, keeping tier",
+            timeout=30,
+        )
+        again = watches.pods(ns, tiered)
+        assert again is not None
+        assert by_name(p.pod for p in again) == listed
+        assert all(set(p.labels) == {"app", "tier"} for p in again)

@@ -175,6 +175,7 @@ class Collection(Generic[T]):
 
     def list_again(self, why: str) -> None:
         """Unsync the copy at once and list it again (``why``: what it keeps has changed)."""
+        log.info("listing again", collection=self.what, why=why)
         with self._lock:
             self._unsync_for(why)
 
