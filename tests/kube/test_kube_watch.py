@@ -371,8 +371,14 @@ def test_a_copy_past_its_byte_cap_is_given_up_for_direct_reads_not_listed_again(
         lists = collection.lists
         time.sleep(1.5)  # what must NOT happen: a relist loop (the backoff starts at 0.5 s)
         assert collection.lists == lists
+        listed = _collection(api, ns, size=size, max_bytes=cap).start()  # three, from its LIST
+        assert listed.wait_first_list(30)
+        assert f"more than {cap} bytes" in str(listed.refused)
+        assert listed.snapshot() is None
     finally:
         collection.stop()
+        if "listed" in locals():
+            listed.stop()
 
 
 def test_a_copy_asked_to_keep_more_is_unsynced_at_once_and_listed_again(

@@ -254,7 +254,8 @@ def _assert_workload_kept(obj: Json) -> None:
 def _assert_pod_kept(obj: Json, keys: frozenset[str]) -> None:
     kept = kept_pod(obj, keys)
     assert _outcome(ObservedPod.from_api, kept) == _outcome(ObservedPod.from_api, obj)
-    labels = obj.get("metadata", {}).get("labels")
+    metadata = obj.get("metadata")
+    labels = metadata.get("labels") if isinstance(metadata, dict) else None
     if isinstance(labels, dict):
         assert kept["metadata"]["labels"] == {k: v for k, v in labels.items() if k in keys}
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from imagerefresh.kube.watch import SILENT_AFTER, WATCH_SECONDS
 from imagerefresh.models import PendingRefresh, WorkloadKind
 from imagerefresh.planner import TargetKey
 from imagerefresh.runtime import reads
@@ -226,3 +227,14 @@ def test_the_pods_of_a_settled_rollout_in_flight_are_read_directly_when_counts_d
 ) -> None:
     read = WorkloadRead(workload, watched=True, in_flight=True)
     assert reads._counts_disagree(read, pods) is disagree
+
+
+# kube-apiserver's watch cache sends a bookmark to each stream that allows them every minute
+# (``defaultBookmarkFrequency`` in k8s.io/apiserver's cacher) and one 2 s before the stream's
+# timeout: seen on the 1.37 test server at 59.6, 119.6, 180.5 and 238.5 s of a 240 s stream.
+BOOKMARK_PERIOD = 60.0
+
+
+def test_a_healthy_idle_stream_is_never_silent_for_long_enough_to_be_taken_for_dead() -> None:
+    assert SILENT_AFTER >= 1.5 * BOOKMARK_PERIOD  # half a period to spare for a busy server
+    assert SILENT_AFTER < WATCH_SECONDS  # a dead stream is found well before it would end
