@@ -184,6 +184,7 @@ def _pod() -> Json:
             "name": "jobs-manager-5d-x2x9q",
             "namespace": "tracebloc",
             "uid": "5c2f",
+            "creationTimestamp": "2026-11-29T12:00:01Z",
             "resourceVersion": "48300",
             "labels": {"app": "jobs", "tier": "a", **{f"noise-{i}": "v" * 60 for i in range(500)}},
             "annotations": {"a": "b" * 10_000},
@@ -212,12 +213,27 @@ def _pod() -> Json:
                     "imageID": "docker.io/tracebloc/jobs-manager@sha256:" + "b" * 64,
                     "containerID": "containerd://abc",
                     "state": {"running": {"startedAt": "2026-11-29T12:00:09Z"}},
-                    "lastState": {},
+                    "lastState": {
+                        "terminated": {
+                            "exitCode": 137,
+                            "reason": "OOMKilled",
+                            "message": "m" * 4000,
+                            "startedAt": "2026-11-29T12:00:03Z",
+                            "finishedAt": "2026-11-29T12:00:08Z",
+                            "containerID": "containerd://abb",
+                        }
+                    },
                     "ready": True,
                     "restartCount": 2,
                     "started": True,
                 },
-                {"name": "sidecar", "image": "tracebloc/pods-monitor:prod", "imageID": ""},
+                {
+                    "name": "sidecar",
+                    "image": "tracebloc/pods-monitor:prod",
+                    "imageID": "",
+                    "restartCount": 7,
+                    "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "w" * 500}},
+                },
             ],
         },
     }

@@ -13,8 +13,9 @@ object only what the tick reads from it, listed here once per kind of object:
   and of ``managedFields`` only who last set each container's image, and when (a contest's
   message names that field manager) — one entry per container.
 - :data:`POD`: what :class:`~imagerefresh.planner.ObservedPod` reads (each container's image
-  and the digest it runs, the node, the phase, whether it is being deleted); of its labels,
-  only those a target's selector reads (``labels``).
+  and the digest it runs, its restart count and state — running since, waiting why, how its
+  last instances ended —, the node, the phase, when the pod was created and whether it is being
+  deleted); of its labels, only those a target's selector reads (``labels``).
 
 A decision that starts reading another field adds it here; ``tests/runtime/test_kept.py``
 parses real and hostile objects both whole and kept, and fails while the two differ. A shape
@@ -99,11 +100,23 @@ WORKLOAD: Final[Mapping[str, Spec]] = {
 }
 
 _POD_CONTAINER: Final = {"name": KEEP, "image": KEEP}
-_POD_STATUS: Final = {"name": KEEP, "imageID": KEEP}
+_ENDED: Final = {"exitCode": KEEP, "reason": KEEP, "startedAt": KEEP, "finishedAt": KEEP}
+_POD_STATUS: Final = {
+    "name": KEEP,
+    "imageID": KEEP,
+    "restartCount": KEEP,
+    "state": {
+        "waiting": {"reason": KEEP},
+        "running": {"startedAt": KEEP},
+        "terminated": _ENDED,
+    },
+    "lastState": {"terminated": _ENDED},
+}
 
 POD: Final[Mapping[str, Spec]] = {
     "metadata": {
         "name": KEEP,
+        "creationTimestamp": KEEP,
         "deletionTimestamp": KEEP,
         # labels: only those a selector reads (see kept_pod)
     },
