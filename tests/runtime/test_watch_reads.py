@@ -78,6 +78,9 @@ FAILED_BEFORE = [{**FAILED[0], "lastUpdateTime": "2026-12-05T11:00:00Z"}]
         (_copy(updated=0), _pending(progressed_at=NOW), NOW + TIMEOUT / 2, None),
         # Settled and waiting for lockstep peers: no deadline left to run.
         (_copy(), _pending(settled_at=NOW), STARTED + TIMEOUT * 2, None),
+        # Absent from the copy while our patch on it is pending: confirmed directly.
+        (None, _pending(), NOW, "not in it"),
+        (None, None, NOW, None),
     ],
     ids=[
         "nothing-in-flight",
@@ -90,10 +93,12 @@ FAILED_BEFORE = [{**FAILED[0], "lastUpdateTime": "2026-12-05T11:00:00Z"}]
         "deadline-passed",
         "deadline-from-progress",
         "settled-waiting",
+        "absent-with-pending",
+        "absent",
     ],
 )
 def test_a_copy_is_decided_on_unless_a_verdict_that_writes_could_come_of_it(
-    copy: dict[str, Any], pending: PendingRefresh | None, now: datetime, stale: str | None
+    copy: dict[str, Any] | None, pending: PendingRefresh | None, now: datetime, stale: str | None
 ) -> None:
     why = reads._stale_for_a_verdict(copy, OurWrite(pending, TIMEOUT), now)
     if stale is None:

@@ -24,9 +24,9 @@ workload *and its pods* are read directly when its copy:
   for the copy) or as status claims it (``pending.generation``). Status is a claim anyone with
   access to the status subresource may write: a forged, higher generation costs a direct read
   and decides nothing — the verdict is still drawn from the object as the API server holds it;
-- or could yield a verdict that writes on the pending patch of ours in flight: the patch's
-  images are not all in it (a revert, a contest, a patch that never landed: each counts or
-  sends something), its progress deadline has passed (a failure, a rollback, builds barred on
+- or could yield a verdict that writes on the pending patch of ours in flight: the workload,
+  or the patch's images, are not in it (a deletion, a revert, a contest, a patch that never
+  landed: each counts or sends something), its progress deadline has passed (a failure, a rollback, builds barred on
   what the pods ran), or the controller reports the rollout failed.
 
 Pods feed the same verdicts (a failed build is barred only if its pods ran it; a refresh
@@ -207,8 +207,10 @@ def _stale_for_a_verdict(
     copy: Mapping[str, Any] | None, ours: OurWrite | None, now: datetime | None
 ) -> str | None:
     """Why the copy of a workload may not be decided on (see the module docs); None: it may."""
-    if copy is None or ours is None or ours.pending is None:
-        return None  # absent, or nothing of ours in flight: the planner writes no verdict
+    if ours is None or ours.pending is None:
+        return None  # nothing of ours in flight: the planner draws no verdict that writes
+    if copy is None:
+        return "the workload our pending patch is on is not in it"
     pending = ours.pending
     metadata = copy.get("metadata") or {}
     generation = metadata.get("generation")
