@@ -26,8 +26,8 @@ workload *and its pods* are read directly when its copy:
   and decides nothing — the verdict is still drawn from the object as the API server holds it;
 - or could yield a verdict that writes on the pending patch of ours in flight: the workload,
   or the patch's images, are not in it (a deletion, a revert, a contest, a patch that never
-  landed: each counts or sends something), its progress deadline has passed (a failure, a rollback, builds barred on
-  what the pods ran), or the controller reports the rollout failed.
+  landed: each counts or sends something), its progress deadline has passed (a failure, a
+  rollback, builds barred on what the pods ran), or the controller reports the rollout failed.
 
 Pods feed the same verdicts (a failed build is barred only if its pods ran it; a refresh
 succeeds on what they run), from a stream of their own that may lag the workload's. Besides
