@@ -294,7 +294,9 @@ def test_a_stream_silent_past_the_threshold_unsyncs_the_copy_and_is_listed_again
     cluster.apply(_deployment("app", "example.test/app:1"), namespace=ns)
     api = KubeApi.from_environment(cluster.kubeconfig)
     clock = _Clock()
-    collection = _collection(api, ns, clock=clock).start()
+    told: list[tuple[str, str]] = []
+    collection = _collection(api, ns, clock=clock, changed=lambda n, v: told.append((n, v)))
+    collection.start()
     try:
         eventually(lambda: collection.synced, what="the first list", timeout=30)
         collection.hold()  # nothing arrives from here: no event, no bookmark
@@ -306,6 +308,8 @@ def test_a_stream_silent_past_the_threshold_unsyncs_the_copy_and_is_listed_again
         assert collection.snapshot() is None
         assert collection.get("app") == (False, None)
         assert collection.version_of("app") is None
+        # whoever follows it is told: its version is unknown now (read it directly)
+        eventually(lambda: ("app", "") in told or None, what="the listener told", timeout=30)
         collection.release()
         eventually(lambda: collection.lists == 2, what="a new list after the silence", timeout=30)
         eventually(

@@ -28,7 +28,8 @@ Objects are kept as ``keep`` makes them — the few fields a decision reads, as 
 small record — so that a fleet's copies cost little memory. ``size`` says what a kept object
 costs; a copy past ``max_bytes`` (or ``max_items`` objects) is given up for good, as a refused
 one is, and its readers read directly. ``changed`` is told the name and new
-``resourceVersion`` of every object that changed (from the watch thread).
+``resourceVersion`` of every object that changed (from the watch thread), and, when a synced
+copy stops being synced, every name it held with the version ``""`` (nobody knows it now).
 """
 
 from __future__ import annotations
@@ -197,10 +198,17 @@ class Collection(Generic[T]):
 
     def _unsync_for(self, why: str) -> None:
         """Unsync and have the watch thread list again (holding the lock)."""
+        names = list(self._items) if self._synced else []
         self._synced = False
         self._again = why
-        # Cut on a thread of its own: closing a socket may block, and the caller holds the lock.
-        threading.Thread(target=self._cut, name=f"cut {self.what}", daemon=True).start()
+
+        def cut() -> None:
+            self._cut()
+            self._tell_unknown(names)
+
+        # On a thread of its own: closing a socket may block, the listener may take the time
+        # it takes, and the caller holds the lock.
+        threading.Thread(target=cut, name=f"cut {self.what}", daemon=True).start()
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -285,7 +293,17 @@ class Collection(Generic[T]):
 
     def _unsync(self) -> None:
         with self._lock:
+            names = list(self._items) if self._synced else []
             self._synced = False
+        self._tell_unknown(names)
+
+    def _tell_unknown(self, names: list[str]) -> None:
+        """Tell the listener of every object a copy that just stopped being synced held, as
+        changed to a version nobody knows: what follows them reads them directly now."""
+        if self._stopped.is_set():
+            return
+        for name in names:
+            self._tell(name, "")
 
     def _forget(self) -> None:
         """Let go of what a copy given up for good held."""

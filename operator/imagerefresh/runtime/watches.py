@@ -73,6 +73,9 @@ MAX_LABEL_KEYS = 64
 # first: a copy listed since is fresher than any of them anyway).
 _OWN_WRITES = 10_000
 _INACTIVE_PHASES = ("Succeeded", "Failed")
+# How often every copy is asked whether it is still synced, whether or not a tick reads it:
+# a stream that fell silent is noticed (and its rollouts judged on direct reads) this soon.
+_WATCHDOG_EVERY = 5.0
 
 Listener = Callable[[TargetKey, str], None]
 
@@ -169,6 +172,8 @@ class EvidenceWatches:
         # The generation our last landed patch produced, per workload (with its uid).
         self._written: OrderedDict[TargetKey, tuple[str, int]] = OrderedDict()
         api.observe_patches(self.wrote)
+        self._closing = threading.Event()
+        self._watchdog: threading.Thread | None = None
 
     def listen(self, listener: Listener) -> None:
         """Tell ``listener`` (from a watch thread) of every workload change: key, version."""
@@ -277,6 +282,7 @@ class EvidenceWatches:
         return named if named is not None and named.refused is None else None
 
     def close(self) -> None:
+        self._closing.set()
         with self._lock:
             self._closed = True
             collections: list[Collection[Any]] = [
@@ -395,7 +401,25 @@ class EvidenceWatches:
             return None
         where[key] = collection.start()
         log.info("watching", collection=collection.what)
+        if self._watchdog is None:
+            self._watchdog = threading.Thread(
+                target=self._watch_the_copies, name="watch copies", daemon=True
+            )
+            self._watchdog.start()
         return collection
+
+    def _watch_the_copies(self) -> None:
+        """Ask every copy, every :data:`_WATCHDOG_EVERY`, whether it is synced: one whose
+        stream fell silent unsyncs then, and tells the listener, even while no tick reads it."""
+        while not self._closing.wait(_WATCHDOG_EVERY):
+            with self._lock:
+                copies: list[Collection[Any]] = [
+                    *self._workloads.values(),
+                    *self._named.values(),
+                    *self._pods.values(),
+                ]
+            for collection in copies:
+                collection.synced  # noqa: B018 — asking is what notices a silent stream
 
     def _touch(self, collection: Collection[Any] | None) -> Collection[Any] | None:
         if collection is not None:
