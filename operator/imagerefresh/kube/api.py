@@ -207,6 +207,8 @@ class KubeApi:
         self._streams: kubernetes.client.ApiClient | None = None
         # None: every write may be sent (no leader election). Else asked before each write.
         self.write_gate = write_gate
+        # Told every workload a patch of ours landed on, as the API server answered it.
+        self._patch_observers: list[Callable[[Mapping[str, Any]], None]] = []
 
     @classmethod
     def from_environment(
@@ -370,7 +372,17 @@ class KubeApi:
             content_type=JSON_PATCH,
         )
         log.info("images patched", target=str(target), purpose=str(patch.purpose), images=images)
+        for observer in self._patch_observers:
+            try:
+                observer(obj)
+            except Exception:  # an observer's bug must not turn a landed patch into an error
+                log.exception("a patch observer failed", target=str(target))
         return obj
+
+    def observe_patches(self, observer: Callable[[Mapping[str, Any]], None]) -> None:
+        """Tell ``observer`` of every workload a patch lands on, as the API server answered
+        it (the generation it produced: what a watch-fed copy must reach before it is read)."""
+        self._patch_observers.append(observer)
 
     # -- pull secrets -----------------------------------------------------------------------
 
