@@ -270,6 +270,13 @@ the verbs of before: no list or watch on workloads, no watch on pods.
   resources: ["deployments", "daemonsets", "statefulsets"]
   verbs: {{ $workloadVerbs }}
 {{- end }}
+# The workloads' revisions (a Deployment's ReplicaSets, a DaemonSet's or StatefulSet's
+# ControllerRevisions), listed by the workload's selector while a rollout of ours is in flight:
+# a rollback restores only what its previous revision ran. Read-only; a list cannot be scoped
+# by name.
+- apiGroups: ["apps"]
+  resources: ["replicasets", "controllerrevisions"]
+  verbs: ["list"]
 {{- if $watch }}
 # The workloads' pods: which digests they run, from one watch-fed copy of the namespace's pods
 # (a list or watch of pods cannot be scoped by name or label). Read-only.

@@ -38,6 +38,7 @@ __all__ = [
     "Outcomes",
     "Signatures",
     "Verdicts",
+    "checked",
     "resolve_digests",
     "verify_signatures",
 ]
@@ -134,7 +135,7 @@ Signatures = dict[TargetKey, dict[str, SignatureOutcome]]
 Verdicts = Mapping[VerifyRequest, SignatureOutcome]
 
 
-def _checked(found: TargetReads, key: TargetKey, target: TargetSpec, twice: set[TargetKey]) -> bool:
+def checked(found: TargetReads, key: TargetKey, target: TargetSpec, twice: set[TargetKey]) -> bool:
     """Whether ``target`` passed the checks before any registry is asked about its signatures:
     a namespace the policy may reach (only those are read), a workload read, readable and
     present, its containers declared by this target alone, and the shape the policy declares
@@ -153,7 +154,7 @@ def _verify_requests(
     found: TargetReads, digests: Digests
 ) -> dict[tuple[TargetKey, str], VerifyRequest]:
     """(target, container) → what verifying its desired digest asks: with ``spec.verify``, for
-    every container of a target that passed its checks this tick (:func:`_checked`) whose
+    every container of a target that passed its checks this tick (:func:`checked`) whose
     desired digest is known (its pin, or what its tag resolved to) — the digest a refresh
     would pin, or the one its pods already run."""
     spec = found.view.spec
@@ -165,7 +166,7 @@ def _verify_requests(
     twice = {key for key, count in Counter(targets).items() if count > 1}
     requests = {}
     for key, target in zip(targets, spec.targets, strict=True):
-        if not _checked(found, key, target, twice):
+        if not checked(found, key, target, twice):
             continue
         for container in target.containers:
             outcome = digests.get(key, {}).get(container.name)

@@ -65,6 +65,7 @@ from imagerefresh.resolver import ResolutionKey
 from imagerefresh.rollout import RolloutState, rollout_verdict
 from imagerefresh.runtime.config import OperatorConfig
 from imagerefresh.runtime.nodes import NodeReads
+from imagerefresh.runtime.revisions import PreviousRevisions
 from imagerefresh.runtime.schedule import on_clock
 from imagerefresh.runtime.watches import EvidenceWatches, WatchedPod
 
@@ -107,6 +108,10 @@ class WorkloadRead:
     watched: bool = False  # the workload came from a watch-fed copy
     direct_pods: bool = False  # its pods are read from the API server, never from a copy
     in_flight: bool = False  # a patch of ours is pending on it (status)
+    # With a patch of ours in flight: the images of the workload's previous revision (what a
+    # rollback may restore; None when none is kept or it was not read), and why not read.
+    previous_template: dict[str, str] | None = None
+    revisions_error: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -384,6 +389,8 @@ async def _read_all(
     watches: EvidenceWatches | None = None,
     ours: Mapping[TargetKey, OurWrite] | None = None,
     now: datetime | None = None,
+    flying: frozenset[TargetKey] = frozenset(),
+    revisions: PreviousRevisions | None = None,
 ) -> dict[TargetKey, WorkloadRead]:
     """Every target's workload, then (concurrently) its pods and pull secrets.
 
@@ -419,8 +426,23 @@ async def _read_all(
         ),
         *(bounded(_read_helpers, namespace, group) for namespace, group in helpers.items()),
         *(bounded(_read_secrets, key, read, cache) for key, read in present.items()),
+        *(
+            bounded(_read_revisions, read, revisions)
+            for key, read in present.items()
+            if key in flying
+        ),
     )
     return {key: _reduced(read) for key, read in reads.items()}
+
+
+def _read_revisions(api: KubeApi, read: WorkloadRead, revisions: PreviousRevisions | None) -> None:
+    """The previous revision of a workload with a patch of ours in flight (what a rollback
+    may restore); a failure to read it proves nothing, and says why."""
+    assert read.workload is not None
+    reader = revisions if revisions is not None else PreviousRevisions()
+    read.previous_template, read.revisions_error = reader.read(api, read.workload)
+    if read.revisions_error is not None:
+        log.warning("previous revision unreadable", error=read.revisions_error)
 
 
 def _our_writes(view: PolicyView, keys: list[TargetKey]) -> dict[TargetKey, OurWrite]:
@@ -523,6 +545,7 @@ async def read_targets(
     nodes: NodeReads | None = None,
     watches: EvidenceWatches | None = None,
     now: datetime | None = None,
+    revisions: PreviousRevisions | None = None,
 ) -> TargetReads:
     """The API half of a tick's evidence: the policy's view, its workloads, pods and pull
     secrets, and what each container's tag is to be resolved with (see :func:`gather`).
@@ -551,6 +574,8 @@ async def read_targets(
         watches,
         _our_writes(view, keys) if watches is not None else None,
         now,
+        in_flight(spec, view.status, view.namespace).workloads,
+        revisions,
     )
     if nodes is not None and nodes.enabled and reachable:
         found.reads, found.nodes = await asyncio.gather(workloads, nodes.current(asked_at))

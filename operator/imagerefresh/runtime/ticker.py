@@ -45,6 +45,8 @@ from imagerefresh.runtime.events import EventRecorder
 from imagerefresh.runtime.gather import Gathered, assemble, budgets, gather
 from imagerefresh.runtime.nodes import NodeReads
 from imagerefresh.runtime.reads import PolicyUnreadable, TargetReads, read_targets
+from imagerefresh.runtime.restorable import RollbackEvidence, rollback_evidence
+from imagerefresh.runtime.revisions import PreviousRevisions
 from imagerefresh.runtime.schema import CrdCheck
 from imagerefresh.runtime.watches import EvidenceWatches
 from imagerefresh.verifier import SignatureVerifier
@@ -112,6 +114,8 @@ class PolicyTicker:
         # share registry answers: within the resolution window (from the grid instant, for a
         # round's ticks), never older than it.
         self.shared_reads = ReadCache(lifetime=config.resolution_window, horizon=ROUND_HORIZON)
+        # What a rollback may restore: each in-flight workload's previous revision, per generation.
+        self.revisions = PreviousRevisions()
         # The nodes' image lists are the cluster's: one LIST per round of ticks, for all.
         self.nodes = NodeReads(api, config)
         # What the targets name, watched (the scheduler listens for their changes).
@@ -214,6 +218,9 @@ class PolicyTicker:
                 signatures, verdicts = await verify_signatures(
                     found, digests, self.verifier, asked_at=asked_at, round_at=round_at
                 )
+                rollbacks = await rollback_evidence(
+                    found, self.resolver, self.verifier, asked_at=asked_at
+                )
             finally:
                 if resolving is not None:
                     resolving(False)
@@ -228,7 +235,9 @@ class PolicyTicker:
                     signatures, _ = await verify_signatures(
                         found, digests, self.verifier, known=verdicts
                     )
-                result = await self._decide(policy, found, digests, signatures, follow_up)
+                result = await self._decide(
+                    policy, found, digests, signatures, rollbacks, follow_up
+                )
                 ticks.decided += 1
             outcome = "ok"
             return result
@@ -270,6 +279,7 @@ class PolicyTicker:
                 round_at=round_at,
                 nodes=self.nodes,
                 watches=self.watches,
+                revisions=self.revisions,
             )
         except PolicyUnreadable as error:
             await self._unreadable(policy, error, self.clock())
@@ -282,12 +292,19 @@ class PolicyTicker:
         found: TargetReads,
         digests: Digests,
         signatures: Signatures,
+        rollbacks: RollbackEvidence,
         follow_up: bool,
     ) -> TickOutcome:
         """Plan on the evidence, apply the plan, and say what is in flight."""
         now = self.clock()
         gathered = assemble(
-            found, digests, now, self.config, follow_up=follow_up, signatures=signatures
+            found,
+            digests,
+            now,
+            self.config,
+            follow_up=follow_up,
+            signatures=signatures,
+            rollbacks=rollbacks,
         )
         plan, reservations, planning, tick = await self._plan(gathered)
         applied = await apply_plan(
