@@ -54,6 +54,7 @@ from imagerefresh.migration import MigrationRefused
 from imagerefresh.models import parse_duration
 from imagerefresh.offline import KUBELET_IMAGE_CAP
 from imagerefresh.planner import NamespacePolicy, Plan
+from imagerefresh.planner.helperpod import DEFAULT_RUN_AS, RunAs
 from imagerefresh.planner.windows import WINDOW_OVERRIDE_ANNOTATION
 from imagerefresh.ratelimit import RateLimitLedger
 from imagerefresh.reference import InvalidReference, parse
@@ -261,6 +262,13 @@ def cluster_options(command: F) -> F:
         help="Kubeconfig (default: in a pod its ServiceAccount, else $KUBECONFIG, else "
         "~/.kube/config).",
     )(command)
+
+
+def _run_as(value: str) -> RunAs:
+    try:
+        return RunAs.parse(value)
+    except ValueError as error:
+        raise click.BadParameter(str(error)) from error
 
 
 def _namespaced(_ctx: click.Context, _param: click.Parameter, value: str) -> tuple[str, str]:
@@ -543,6 +551,19 @@ def _runtime_parts(
     "prePull.maxDeadlineSeconds, the limit its admission policy enforces.",
 )
 @click.option(
+    "--pre-pull-user",
+    "pre_pull_run_as",
+    default=str(DEFAULT_RUN_AS),
+    show_default=True,
+    metavar="UID[:GID]|platform",
+    callback=lambda _ctx, _param, value: _run_as(value),
+    help="The numeric user (and group) pre-pull helper pods run as, never root. `platform`: "
+    "they name none, and the platform assigns one (OpenShift's restricted-v2 gives each "
+    "namespace its own range and refuses any other user); elsewhere they then run as the "
+    "pulled image's own user, which must be numeric and non-root. The chart sets it from "
+    "prePull.runAsUser and prePull.runAsGroup.",
+)
+@click.option(
     "--watch-evidence/--no-watch-evidence",
     default=True,
     show_default=True,
@@ -627,6 +648,7 @@ def run(
     node_list_lifetime: float,
     pre_pull_pods: bool,
     pre_pull_max_deadline: int,
+    pre_pull_run_as: RunAs,
     watch_evidence: bool,
     leader_elect: bool,
     leader_election_namespace: str | None,
@@ -674,6 +696,7 @@ def run(
         node_list_lifetime=node_list_lifetime,
         pre_pull_pods=pre_pull_pods,
         pre_pull_max_deadline=pre_pull_max_deadline,
+        pre_pull_run_as=pre_pull_run_as,
         watch_evidence=watch_evidence,
         planning_delay=planning_delay,
     )

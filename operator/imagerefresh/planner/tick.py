@@ -188,6 +188,7 @@ class _Targets:
             nodes=tick.nodes,
             pre_pull_pods=tick.pre_pull_pods,
             pre_pull_max_deadline=tick.pre_pull_max_deadline,
+            pre_pull_run_as=tick.pre_pull_run_as,
         )
         self.twice = {key for key, count in Counter(self.keys).items() if count > 1}
         self.previous = {_key(status): status for status in policy.status.targets}

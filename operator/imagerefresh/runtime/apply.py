@@ -275,8 +275,8 @@ async def _create_helpers(
         failed.add(create.target)
         message = (
             f"the pre-pull could not create its helper pod on node {create.node}: {refusal}. "
-            "Nothing was patched. Fix what refuses it (the chart's prePull.enabled grants pods "
-            "create; an admission policy may refuse the pod), then reset to try again: "
+            "Nothing was patched and no helper pod is left. Fix what refused it, then reset to "
+            "try again: "
             f"imagerefresh reset {view.namespace}/{view.name}"
         )
         planned = _target(applied.status, create.target)
