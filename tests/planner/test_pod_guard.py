@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from imagerefresh.planner.helperpod import LABEL, Placement, RunAs, helper_manifest
+from imagerefresh.planner.helperpod import DEFAULT_RUN_AS, LABEL, Placement, RunAs, helper_manifest
 from imagerefresh.planner.podguard import UnsafePod, check_helper_pod, unsafe_pod
 
 D = "sha256:" + "a" * 64
@@ -19,7 +19,7 @@ PLACEMENT = Placement("apps/v1", "DaemonSet", "agent", "uid-1", ("regcred",), ()
 Pod = dict[str, Any]
 
 
-def helper(run_as: RunAs = RunAs()) -> Pod:
+def helper(run_as: RunAs = DEFAULT_RUN_AS) -> Pod:
     return helper_manifest(
         "ns",
         PLACEMENT,
