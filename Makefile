@@ -14,8 +14,11 @@ SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 # control plane's certificates; podman and runc build and run the operator's image (no Docker
 # engine) and runc also runs the real node's containers (e2e/local); mmdebstrap makes the image's
 # local base from Debian's packages (docker.io is unreachable); busybox-static is what the real
-# node's images (its sandbox, the tests' builds) run.
-DEBIAN_PACKAGES := docker-registry openssl podman runc mmdebstrap busybox-static
+# node's images (its sandbox, the tests' builds) run. The release's linux/arm64 image: its base
+# is made under qemu-user-static (arch-test is how mmdebstrap checks the emulator), and skopeo
+# writes the per-platform archives and pushes the index with its digests kept.
+DEBIAN_PACKAGES := docker-registry openssl podman runc mmdebstrap busybox-static \
+	qemu-user-static arch-test skopeo
 
 .PHONY: setup system-deps binaries image release lint types contracts unit test demo clean mutation
 
@@ -46,11 +49,13 @@ binaries:
 image: system-deps
 	e2e/build-image
 
-# The installable artifacts of pyproject.toml's version in $(DIST): the chart, the image as an
-# archive, the CLI's wheel and SHA256SUMS (see release/release.py). COSIGN_KEY=FILE signs the
-# sums (its password in $$COSIGN_PASSWORD); PUSH=REGISTRY[/PREFIX] also pushes the image and the
-# chart (PUSH_PLAIN_HTTP=true for a registry without TLS; PUSH_TLS_VERIFY=false for one whose
-# certificate is not trusted here, or, as podman's --tls-verify=false, one without TLS).
+# The installable artifacts of pyproject.toml's version in $(DIST): the image for linux/amd64 and
+# linux/arm64 (one OCI archive of the index, one loadable archive per platform), the chart
+# pinned to the index's digest, the CLI's wheel and SHA256SUMS (see release/release.py). The
+# arm64 image is built with qemu-user-static (e2e/binfmt registers it: root, once per boot).
+# COSIGN_KEY=FILE signs the sums (its password in $$COSIGN_PASSWORD); PUSH=REGISTRY[/PREFIX]
+# also pushes the image index and the chart (PUSH_PLAIN_HTTP=true for a registry without TLS;
+# PUSH_TLS_VERIFY=false for one whose certificate is not trusted here, or one without TLS).
 DIST ?= dist
 COSIGN_KEY ?=
 PUSH ?=

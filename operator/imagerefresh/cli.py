@@ -351,6 +351,12 @@ def main(ctx: click.Context, log_level: str, log_format: LogFormat) -> None:
     configure_logging(log_level, log_format)
 
 
+def kubectl_plugin() -> None:
+    """``kubectl imagerefresh …``: kubectl runs ``kubectl-imagerefresh`` from $PATH with the
+    rest of the command line (its plugin mechanism); the commands are ``imagerefresh``'s."""
+    main(prog_name="kubectl imagerefresh")
+
+
 def _load_credentials(docker_config: Path | None, domain: str) -> Credentials | None:
     if docker_config is None:
         return None
