@@ -12,6 +12,7 @@ that merely carries the label never touched.
 from __future__ import annotations
 
 import dataclasses
+import json
 import secrets
 from collections.abc import Iterator
 from typing import Any
@@ -219,6 +220,22 @@ def test_a_namespace_whose_pod_security_level_refuses_the_helper_holds_the_switc
         "label", "namespace", ns, "pod-security.kubernetes.io/enforce=baseline"
     )
     assert "host namespaces" in labelled.stderr  # the API server warns of the running pods
+    probe = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "probe"},
+        "spec": {**template["spec"], "nodeName": "kwok-node-0"},
+    }
+
+    def enforced() -> bool | None:
+        # (Admission reads namespaces from its cache: the new label may take a moment.)
+        dry = cluster.kubectl(
+            "create", "--dry-run=server", "-n", ns, "-f", "-", input=json.dumps(probe),
+            check=False,
+        )  # fmt: skip
+        return "violates PodSecurity" in dry.stderr or None
+
+    eventually(enforced, timeout=30, what="the baseline level enforced")
     pusher.push(f"{ns}/agent", "prod", seed=f"pre-psa-new-{secrets.token_hex(3)}")
     cluster.apply(
         policy(
