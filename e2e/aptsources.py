@@ -37,8 +37,8 @@ __all__ = [
     "Mirrors",
     "NoMirror",
     "Source",
-    "missing_architecture",
     "mirrors",
+    "missing_architecture",
     "parse_deb822",
     "parse_one_line",
 ]
@@ -196,7 +196,7 @@ def missing_architecture(found: Mirrors, arch: str, timeout: float = 30.0) -> st
     """Why the mirrors cannot serve ``arch``, or None when each has its package index."""
     for url in found.indexes(arch):
         try:
-            with urllib.request.urlopen(url, timeout=timeout) as answer:  # noqa: S310 (apt's own)
+            with urllib.request.urlopen(url, timeout=timeout) as answer:
                 answer.read(65_536)
         except urllib.error.HTTPError as error:
             return (

@@ -447,24 +447,31 @@ BAD_SHAPES: dict[str, tuple[Mutation, str]] = {
                 "nodeAffinity": {
                     "requiredDuringSchedulingIgnoredDuringExecution": {
                         "nodeSelectorTerms": [
-                            {"matchFields": [
-                                {"key": "metadata.name", "operator": "In", "values": [NODE]}
-                            ]}
+                            {
+                                "matchFields": [
+                                    {"key": "metadata.name", "operator": "In", "values": [NODE]}
+                                ]
+                            }
                         ]
                     }
                 }
             },
         ),
         "no nodeSelector, affinity",
-    ),  # fmt: skip
+    ),
     "a-topology-spread": (
         _set(
             "spec.topologySpreadConstraints",
-            [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
-              "whenUnsatisfiable": "ScheduleAnyway"}],
+            [
+                {
+                    "maxSkew": 1,
+                    "topologyKey": "kubernetes.io/hostname",
+                    "whenUnsatisfiable": "ScheduleAnyway",
+                }
+            ],
         ),
         "no nodeSelector, affinity",
-    ),  # fmt: skip
+    ),
     "pod-level-resources": (
         _set("spec.resources", {"limits": {"cpu": "100m", "memory": "64Mi"}}),
         "no pod-level resources",
