@@ -88,6 +88,30 @@ def test_binfmt_registers_the_arm64_emulator_for_containers_and_is_idempotent() 
     assert "qemu-aarch64" in qemu.stdout
 
 
+@pytest.mark.parametrize(
+    ("entry", "said"),
+    [
+        ("enabled\ninterpreter /usr/bin/qemu-aarch64-static\nflags: PO\n", "without the F flag"),
+        ("disabled\ninterpreter /usr/bin/qemu-aarch64-static\nflags: POF\n", "but disabled"),
+    ],
+    ids=["no-F-flag", "disabled"],
+)
+def test_binfmt_refuses_a_registration_containers_cannot_use(
+    tmp_path: Path, entry: str, said: str
+) -> None:
+    """A registration someone else made, which the script leaves as it is but will not build
+    on (a stand-in directory: the machine's own may not be broken for a test)."""
+    (tmp_path / "register").write_text("")
+    (tmp_path / "qemu-aarch64").write_text(entry)
+    done = subprocess.run(
+        [str(REPO / "e2e" / "binfmt"), "arm64"], capture_output=True, text=True, check=False,
+        env={"PATH": "/usr/bin:/bin", "BINFMT_MISC": str(tmp_path)},
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert said in done.stderr
+    assert (tmp_path / "register").read_text() == ""  # nothing registered over it
+
+
 def test_binfmt_refuses_an_architecture_it_has_no_emulator_for() -> None:
     done = subprocess.run(
         [str(REPO / "e2e" / "binfmt"), "sparc"], capture_output=True, text=True, check=False
