@@ -100,9 +100,22 @@ def index_of(archive: Path) -> tuple[str, dict[str, dict[str, Any]]]:
 
 def answers_under_emulation(archive: Path, cluster: Cluster, tmp_path: Path) -> tuple[str, str]:
     """Load a platform's archive and run it (emulated when it is not this machine's): what
-    `--version` prints, and what /healthz answers once `imagerefresh run` is up."""
+    `--version` prints, and what /healthz answers once `imagerefresh run` is up. The name the
+    archive carries is given back to what it named before (or removed) afterwards."""
+    name = f"docker.io/tracebloc/imagerefresh:{VERSION}"
+    before = podman("image", "inspect", "--format", "{{.Id}}", name, check=False).stdout.strip()
     loaded = podman("load", "--quiet", "--input", str(archive), timeout=300).stdout
-    assert f"docker.io/tracebloc/imagerefresh:{VERSION}" in loaded, loaded
+    try:
+        assert name in loaded, loaded
+        return _run_loaded(archive, cluster, tmp_path)
+    finally:
+        if before:
+            podman("tag", before, name, check=False)
+        else:
+            podman("untag", name, name, check=False)
+
+
+def _run_loaded(archive: Path, cluster: Cluster, tmp_path: Path) -> tuple[str, str]:
     with tarfile.open(archive) as tar:
         listed = tar.extractfile("manifest.json")
         assert listed is not None
