@@ -69,7 +69,7 @@ from imagerefresh.runtime.migrate import Migrator
 from imagerefresh.runtime.reads import RESET_ANNOTATION, PolicyUnreadable
 from imagerefresh.runtime.render import render_findings, render_plan
 from imagerefresh.runtime.ticker import PolicyTicker
-from imagerefresh.verifier import SignatureVerifier
+from imagerefresh.verifier import SignatureVerifier, VerificationPool
 
 __all__ = ["main"]
 
@@ -463,7 +463,9 @@ def _runtime_parts(
         observer=metrics.registry_request,
     )
     resolver = SharedResolver(client, window=config.resolution_window)
-    verifier = SignatureVerifier(client, observer=metrics.signature_lookup)
+    verifier = SignatureVerifier(
+        client, observer=metrics.signature_lookup, pool=VerificationPool(observer=metrics)
+    )
     events = EventRecorder(api, on_dropped=metrics.events_dropped.inc)
     return PolicyTicker(
         api=api,

@@ -42,6 +42,7 @@ from imagerefresh.reference import parse
 
 from support.accounts import service_account_kubeconfig
 from support.cluster_env import Cluster, eventually
+from support.guarded import unguarded_pod
 from support.helm_env import (
     CHART,
     CRD_FROM_THE_TESTS,
@@ -345,7 +346,7 @@ def test_a_helper_that_names_no_user_passes_the_fence_with_the_user_the_platform
     pods = HelperPodApi(KubeApi.from_environment(str(openshift_like.kubeconfig)))
     create = openshift_like.helper(RunAs(None, None))
     assert "runAsUser" not in create.manifest["spec"]["securityContext"]
-    pods.create(create)
+    pods.create(unguarded_pod(create))
     name = create.manifest["metadata"]["name"]
     stored = cluster.get("pod", name, "-n", ns)["spec"]
     assert stored["containers"][0]["securityContext"]["runAsUser"] == FIRST_UID
@@ -360,7 +361,7 @@ def test_a_helper_with_a_fixed_user_is_refused_and_the_operator_names_the_values
     pods = HelperPodApi(KubeApi.from_environment(str(openshift_like.kubeconfig)))
     create = openshift_like.helper(DEFAULT_RUN_AS)
     with pytest.raises(HelperRefused) as refused:
-        pods.create(create)
+        pods.create(unguarded_pod(create))
     said = str(refused.value)
     assert "OpenShift's security context constraints refused the helper pod" in said, said
     assert f"Invalid value: 65534: must be in the ranges: [{FIRST_UID}, " in said, said

@@ -33,6 +33,7 @@ from imagerefresh.reference import parse
 
 from support.accounts import service_account_kubeconfig
 from support.cluster_env import Cluster, eventually
+from support.guarded import unguarded_pod
 from support.helm_env import CHART, CRD_FROM_THE_TESTS, KWOK_SCHEDULING, helm
 
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("crd_installed")]
@@ -244,14 +245,14 @@ def test_the_operator_s_own_helper_passes_its_guard_and_the_fence_and_is_deleted
     key = TargetKey(WorkloadKind.DAEMONSET, fenced.namespace, "agent")
     repositories = frozenset(parse(image).repository for image in images)
     pods = HelperPodApi(KubeApi.from_environment(str(fenced.kubeconfig)))
-    pods.create(HelperPodCreate(key, NODE, manifest, repositories))
+    pods.create(unguarded_pod(HelperPodCreate(key, NODE, manifest, repositories)))
     (found,) = [
         p
         for p in pods.list(fenced.namespace)
         if p["metadata"]["name"] == manifest["metadata"]["name"]
     ]
     with pytest.raises(AlreadyExists):  # a second create is the same pod, never another
-        pods.create(HelperPodCreate(key, NODE, manifest, repositories))
+        pods.create(unguarded_pod(HelperPodCreate(key, NODE, manifest, repositories)))
     name, uid = found["metadata"]["name"], found["metadata"]["uid"]
     pods.delete(HelperPodDelete(key, fenced.namespace, name, "not-its-uid"))  # not ours: kept
     assert fenced.cluster.get("pod", name, "-n", fenced.namespace)["metadata"]["uid"] == uid
@@ -561,7 +562,7 @@ def test_a_clusters_default_priority_class_is_refused_until_named_then_admitted_
     create = HelperPodCreate(key, NODE, manifest, frozenset({parse(IMAGE).repository}))
     try:
         with pytest.raises(HelperRefused) as refused:
-            pods.create(create)
+            pods.create(unguarded_pod(create))
         said = str(refused.value)
         assert "the chart's pre-pull admission policy" in said, said
         assert f"{ns}-{FULLNAME}-pre-pull" in said, said
@@ -598,7 +599,7 @@ def test_a_clusters_default_priority_class_is_refused_until_named_then_admitted_
 
 def _admitted(pods: HelperPodApi, create: HelperPodCreate) -> bool | None:
     try:
-        pods.create(create)
+        pods.create(unguarded_pod(create))
     except HelperRefused:
         return None  # the binding's new rule may take a moment to reach the API server
     return True

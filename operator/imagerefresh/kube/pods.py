@@ -2,9 +2,10 @@
 one by uid.
 
 Pods are a power the operator has only with ``--pre-pull-pods`` (the chart's
-``prePull.enabled``), and only for the helper shape: :meth:`HelperPodApi.create` runs
-:func:`~imagerefresh.planner.podguard.check_helper_pod` at the one place a pod is created,
-whatever built it, and a pod that fails it is never sent. A delete carries the pod's uid as a
+``prePull.enabled``), and only for the helper shape: :meth:`HelperPodApi.create` is the one
+place a pod is created; it sends only a pod the write guard cleared (its images) and runs
+:func:`~imagerefresh.planner.podguard.check_helper_pod` (its shape), whatever built it, and a
+pod that fails either is never sent. A delete carries the pod's uid as a
 precondition, so a pod of the same name created since is never touched.
 
 A create that admission refuses — Pod Security Admission's level on the namespace, OpenShift's
@@ -25,6 +26,7 @@ from kubernetes.client.exceptions import ApiException
 
 from imagerefresh.kube.api import FIELD_MANAGER, KubeApi
 from imagerefresh.kube.errors import KubeError, NotFound, ResourceConflict
+from imagerefresh.planner import Cleared
 from imagerefresh.planner.actions import HelperPodCreate, HelperPodDelete
 from imagerefresh.planner.helperpod import LABEL
 from imagerefresh.planner.podguard import check_helper_pod
@@ -143,7 +145,10 @@ class HelperPodApi:
             namespace, {"matchExpressions": [{"key": LABEL, "operator": "Exists"}]}
         )
 
-    def create(self, create: HelperPodCreate) -> None:
+    def create(self, cleared: Cleared[HelperPodCreate]) -> None:
+        if not isinstance(cleared, Cleared) or not isinstance(cleared.write, HelperPodCreate):
+            raise TypeError("only a pod the write guard cleared is created")
+        create = cleared.write
         check_helper_pod(create.manifest, create.repositories)
         metadata = create.manifest["metadata"]
         what = f"create pre-pull pod {metadata['namespace']}/{metadata['name']}"

@@ -30,6 +30,7 @@ from imagerefresh.planner import (
     TargetKey,
     TickInput,
     in_flight,
+    permits,
     plan_tick,
     reasons,
 )
@@ -288,8 +289,10 @@ class PolicyTicker:
         gathered = assemble(
             found, digests, now, self.config, follow_up=follow_up, signatures=signatures
         )
-        plan, reservations, planning = await self._plan(gathered)
-        applied = await apply_plan(plan, policy, gathered, self.api, now, self.events)
+        plan, reservations, planning, tick = await self._plan(gathered)
+        applied = await apply_plan(
+            plan, policy, gathered, self.api, now, self.events, permits(tick)
+        )
         landed = {*applied.patched, *applied.unknown, *applied.created}
         for patch, held in reservations:
             if patch not in landed:
@@ -307,16 +310,17 @@ class PolicyTicker:
 
     async def _plan(
         self, gathered: Gathered
-    ) -> tuple[Plan, list[tuple[ImagePatch | HelperPodCreate, Reservation]], float]:
+    ) -> tuple[Plan, list[tuple[ImagePatch | HelperPodCreate, Reservation]], float, TickInput]:
         """Plan on the budget as it is now, and reserve the pulls of the refreshes planned —
-        before any other tick reads the budget; and how long planning took (seconds)."""
+        before any other tick reads the budget; how long planning took (seconds), and the
+        input it planned on (what the write guard checks the plan's writes against)."""
         async with self._budget:
             tick = replace(gathered.tick, budgets=budgets(self.ledger, gathered.accounts))
             loop = asyncio.get_running_loop()
             started = time.monotonic()
             plan = await loop.run_in_executor(self._planner, self._planned, tick)
             took = time.monotonic() - started
-            return plan, self._reserve(plan, gathered), took
+            return plan, self._reserve(plan, gathered), took, tick
 
     def _planned(self, tick: TickInput) -> Plan:
         if self.config.planning_delay > 0:  # tests: planning that takes the CPU for a while
@@ -394,12 +398,15 @@ class PolicyTicker:
                 self.metrics.refreshes.labels(namespace, name, results[event.reason]).inc()
         if applied.status_written:
             self.metrics.status_writes.labels(namespace, name).inc()
+        if applied.guarded:
+            self.metrics.write_refusals.labels(namespace, name).inc(len(applied.guarded))
         log.info(
             "tick",
             policy=f"{namespace}/{name}",
             phase=str(applied.status.phase),
             patched=[str(p.target) for p in applied.patched],
             refused=[str(p.target) for p in applied.refused],
+            guard_refused=[str(r.write.target) for r in applied.guarded],
             events=[e.reason for e in applied.events],
             status_written=applied.status_written,
             follow_up=gathered.tick.follow_up,

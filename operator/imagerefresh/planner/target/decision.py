@@ -69,6 +69,9 @@ class TargetContext:
     pre_pull_pods: bool = False  # the operator may create pre-pull helper pods
     pre_pull_max_deadline: int = 3_600  # seconds a helper pod may live, at most
     pre_pull_run_as: RunAs = DEFAULT_RUN_AS  # the helper pods' user and group
+    # With spec.verify: (repository, digest) verified in the operator's memory (a rollback's
+    # digest must be one).
+    verified: frozenset[tuple[str, str]] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +84,7 @@ class Hold:
     warning: bool = False
     until: datetime | None = None  # when it may pass (a cooldown's end): the policy ticks then
     degraded: bool = False  # unreadable evidence: the tick is Degraded
+    rate_limited: bool = False  # held for the pull budget: the tick is RateLimited
 
 
 @dataclass(slots=True)
@@ -174,6 +178,8 @@ class Decision:
         self.holds.append(hold)
         if hold.degraded:
             self.outcome.degraded = True
+        if hold.rate_limited:
+            self.outcome.rate_limited = True
         if hold.until is not None:
             wake = self.outcome.wake_at
             self.outcome.wake_at = hold.until if wake is None else min(wake, hold.until)
