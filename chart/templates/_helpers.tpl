@@ -341,6 +341,25 @@ expose every Secret's content.
   verbs: ["create"]
 {{- end -}}
 
+{{/*
+The pre-pull helpers' user as `imagerefresh run --pre-pull-user` takes it: UID:GID, UID (the
+image's group for that user) or `platform` (neither: the platform assigns them).
+*/}}
+{{- define "imagerefresh.prePullUser" -}}
+{{- $uid := .Values.prePull.runAsUser -}}
+{{- $gid := .Values.prePull.runAsGroup -}}
+{{- if kindIs "invalid" $uid -}}
+{{- if not (kindIs "invalid" $gid) -}}
+{{- fail "prePull.runAsGroup needs prePull.runAsUser: with no user (null) the platform assigns both" -}}
+{{- end -}}
+platform
+{{- else if kindIs "invalid" $gid -}}
+{{- int64 $uid -}}
+{{- else -}}
+{{- printf "%d:%d" (int64 $uid) (int64 $gid) -}}
+{{- end -}}
+{{- end -}}
+
 {{/* Fails on combinations the chart cannot run safely. */}}
 {{- define "imagerefresh.validate" -}}
 {{- if eq (int .Values.ports.metrics) (int .Values.ports.liveness) -}}

@@ -25,7 +25,7 @@ from imagerefresh.offline import (
     effective_pull_policy,
     running_digest,
 )
-from imagerefresh.planner.helperpod import HelperPod, Placement
+from imagerefresh.planner.helperpod import DEFAULT_RUN_AS, HelperPod, Placement, RunAs
 from imagerefresh.ratelimit import BudgetSnapshot
 from imagerefresh.rollout import RolloutProgress, RolloutVerdict, rollout_progress, rollout_verdict
 from imagerefresh.signatures import Untrusted, Verified
@@ -342,6 +342,7 @@ class TickInput:
     nodes: NodeInventory | None = None
     pre_pull_pods: bool = False  # the operator may create pre-pull helper pods
     pre_pull_max_deadline: int = 3_600  # seconds a helper pod may live, at most
+    pre_pull_run_as: RunAs = DEFAULT_RUN_AS  # the helper pods' user and group
     # With spec.verify: (repository, digest) of every digest a Verified verdict in the
     # operator's memory covers for the policy's keys this tick — desired digests and rollback
     # candidates alike. Status is never evidence of a signature.

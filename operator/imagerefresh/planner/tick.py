@@ -186,6 +186,7 @@ class _Targets:
             nodes=tick.nodes,
             pre_pull_pods=tick.pre_pull_pods,
             pre_pull_max_deadline=tick.pre_pull_max_deadline,
+            pre_pull_run_as=tick.pre_pull_run_as,
             verified=tick.verified_digests() if spec.verify is not None else frozenset(),
         )
         self.twice = {key for key, count in Counter(self.keys).items() if count > 1}

@@ -24,6 +24,7 @@ view is stale and it is given up — never written blindly over someone else's s
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -287,8 +288,8 @@ async def _create_helpers(
         failed.add(create.target)
         message = (
             f"the pre-pull could not create its helper pod on node {create.node}: {refusal}. "
-            "Nothing was patched. Fix what refuses it (the chart's prePull.enabled grants pods "
-            "create; an admission policy may refuse the pod), then reset to try again: "
+            "Nothing was patched and no helper pod is left. Fix what refused it, then reset to "
+            "try again: "
             f"imagerefresh reset {view.namespace}/{view.name}"
         )
         planned = _target(applied.status, create.target)
@@ -349,14 +350,39 @@ def _unannounce(applied: Applied, patch: ImagePatch) -> None:
 
 
 def _record_events(
-    recorder: EventRecorder, policy: Mapping[str, Any], gathered: Gathered, events: list[Event]
+    recorder: EventRecorder,
+    policy: Mapping[str, Any],
+    gathered: Gathered,
+    events: list[Event],
+    status: PolicyStatus,
 ) -> None:
-    """Each event about the policy and, when it concerns a target, about that workload too."""
+    """Each event about the policy and, when it concerns a target, about that workload too;
+    and each as one log line (:func:`_log_decision`)."""
     for event in events:
+        _log_decision(gathered, event, status)
         recorder.record(policy, event.type, event.reason, event.message)
         workload = gathered.workloads.get(event.target) if event.target is not None else None
         if workload is not None:
             recorder.record(workload, event.type, event.reason, event.message)
+
+
+def _log_decision(gathered: Gathered, event: Event, status: PolicyStatus) -> None:
+    """A decision made known (an event) as one structured log line: policy, target, its phase
+    and desired digests, reason and message. Events stay in the cluster (and expire); the log
+    is what an edge's log collector ships off it (docs/migration.md, "The edge's telemetry")."""
+    view, target = gathered.tick.policy, event.target
+    key = (target.kind, target.namespace, target.name) if target is not None else None
+    found = next((t for t in status.targets if (t.kind, t.namespace, t.name) == key), None)
+    log.log(
+        logging.WARNING if event.type == "Warning" else logging.INFO,
+        "decision",
+        policy=f"{view.namespace}/{view.name}",
+        target=str(target) if target is not None else None,
+        phase=str(found.phase) if found is not None else None,
+        digests={c.name: c.desired for c in found.containers if c.desired} if found else {},
+        reason=event.reason,
+        message=event.message,
+    )
 
 
 def _carries(policy: Mapping[str, Any], status: PolicyStatus) -> bool:
@@ -430,7 +456,7 @@ async def apply_plan(
                 _unannounce(applied, patch)
             applied.events = [e for e in applied.events if e.reason != reasons.PRE_PULLING]
             applied.events.append(_not_written(view, intent.error, applied.held))
-            _record_events(events, policy, gathered, applied.events)
+            _record_events(events, policy, gathered, applied.events, applied.status)
             return applied
         policy, applied.status_written = intent.policy, intent.written
         await _patch(api, clearance.patches, gathered, now, applied)
@@ -444,7 +470,7 @@ async def apply_plan(
             "status not written", policy=f"{view.namespace}/{view.name}", error=outcome.error
         )
         applied.events.append(_not_written(view, outcome.error, []))
-    _record_events(events, policy, gathered, applied.events)
+    _record_events(events, policy, gathered, applied.events, applied.status)
     return applied
 
 

@@ -123,6 +123,7 @@ def assemble(
         nodes=found.nodes,
         pre_pull_pods=config.pre_pull_pods,
         pre_pull_max_deadline=config.pre_pull_max_deadline,
+        pre_pull_run_as=config.pre_pull_run_as,
         verified=restorable.verified,
     )
     return Gathered(tick, workloads, found.accounts)

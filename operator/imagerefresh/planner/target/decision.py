@@ -34,6 +34,7 @@ from imagerefresh.offline import NodeInventory
 from imagerefresh.planner import reasons
 from imagerefresh.planner.actions import Event, HelperPodCreate, ImageChange, ImagePatch
 from imagerefresh.planner.evidence import Account, Resolved, TargetEvidence, TargetKey, Workload
+from imagerefresh.planner.helperpod import DEFAULT_RUN_AS, RunAs
 from imagerefresh.planner.lockstep import Judged, LockstepOrders, LockstepReport
 from imagerefresh.planner.windows import OPEN, WindowState
 from imagerefresh.reference import InvalidReference, parse
@@ -67,6 +68,7 @@ class TargetContext:
     nodes: NodeInventory | None = None  # the nodes' image lists; None: node reads are off
     pre_pull_pods: bool = False  # the operator may create pre-pull helper pods
     pre_pull_max_deadline: int = 3_600  # seconds a helper pod may live, at most
+    pre_pull_run_as: RunAs = DEFAULT_RUN_AS  # the helper pods' user and group
     # With spec.verify: (repository, digest) verified in the operator's memory (a rollback's
     # digest must be one).
     verified: frozenset[tuple[str, str]] = frozenset()

@@ -203,6 +203,7 @@ def _keep_or_create(
                 wanted,
                 decision.rollout_timeout,
                 decision.ctx.pre_pull_max_deadline,
+                decision.ctx.pre_pull_run_as,
             ),
             repositories,
             pulls,
@@ -217,7 +218,8 @@ def _failed(
 ) -> TargetOutcome:
     message = (
         f"drift: {plan}; the pre-pull failed on node {failure.node}: {failure.reason}. Nothing "
-        "was patched. Fix what the node reports (a pull secret, the registry, disk space), then "
+        "was patched. Fix what it names (a pull secret, the registry, disk space, an admission "
+        "rule), then "
         f"reset to try again: imagerefresh reset {decision.ctx.policy}; a new digest is "
         f"pre-pulled afresh{note}"
     )
