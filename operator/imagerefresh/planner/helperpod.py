@@ -7,8 +7,8 @@ container per image. Its command is a path the tracked images do not carry, so t
 pulls the image, fails to start the container and never runs the image's entrypoint — it works
 for images without a shell. (An image that does carry that path runs it, fenced as the helper
 is: no token, no volumes, every capability dropped, a few millicores, a deadline — nothing the
-tracked repository's own workload could not run anyway.) The kubelet's report of the container is the
-proof: an ``imageID`` at the digest means the node holds it; a waiting reason such as
+tracked repository's own workload could not run anyway.) The kubelet's report of the container
+is the proof: an ``imageID`` at the digest means the node holds it; a waiting reason such as
 ``ErrImagePull`` is the kubelet's word on why it cannot.
 
 A helper pod is found again by an owner reference to its workload *and* a label naming that
