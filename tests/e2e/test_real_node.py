@@ -209,6 +209,8 @@ def test_adoption_and_settling_are_judged_on_the_image_ids_containerd_reports(
             target("by-tag", app=f"{reg}/{ns}/single:prod"),
             target("by-digest", app=f"{reg}/{ns}/single:prod"),
             target("index", app=f"{reg}/{ns}/multi:prod"),
+            # Judged as it settles: this test is about what settles it, not the health window.
+            healthyFor="0s",
         ),
         namespace=ns,
     )
