@@ -457,7 +457,9 @@ async def test_a_stream_silent_mid_rollout_still_yields_the_verdict_and_bars_not
     cluster, ns = crd_installed, policy_namespace
     old = pusher.push(f"{ns}/app", "prod", seed="silent-old")
     pinned = f"{registry}/{ns}/app@{old.digest}"
-    deployment_with_policy(cluster, ns, pinned, tracked=f"{registry}/{ns}/app:prod")
+    deployment_with_policy(
+        cluster, ns, pinned, tracked=f"{registry}/{ns}/app:prod", healthyFor="0s"
+    )
     if silence == "within a short deadline":
         cluster.kubectl(
             "patch", "irp", POLICY, "-n", ns, "--type=merge", "-p",
