@@ -262,7 +262,7 @@ async def _scheduling(ticker: PolicyTicker, ns: str) -> AsyncIterator[Scheduler]
     """The operator's scheduler over ``ticker``, with one policy on a 15-minute interval."""
     scheduler = Scheduler(ticker, phase=0.0)
     uid = f"{ns}/{POLICY}"
-    scheduler.observe(uid, ns, POLICY, 900.0, ("first",))
+    scheduler.observe(uid, ns, POLICY, 900.0, {"spec": 1})
     task = asyncio.create_task(scheduler.run())
     try:
         yield scheduler
@@ -308,7 +308,9 @@ async def test_a_watch_broken_mid_rollout_still_yields_the_verdict_and_is_listed
             lists = copy.lists
             copy.hold()  # nothing the stream delivers from here is applied until released
             pushed = pusher.push(f"{ns}/app", "prod", seed="two")
-            scheduler.observe(f"{ns}/{POLICY}", ns, POLICY, 900.0, ("pushed",))
+            scheduler.observe(
+                f"{ns}/{POLICY}", ns, POLICY, 900.0, {"spec": 1, "refresh_now": "pushed"}
+            )
             await asyncio.to_thread(
                 eventually,
                 lambda: _pinned(cluster, ns, pushed.digest),
