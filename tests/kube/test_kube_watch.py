@@ -226,7 +226,8 @@ def test_a_collection_past_its_bound_is_not_kept_and_not_listed_again(
         assert collection.refused is not None
         assert "more than 2 objects" in str(collection.refused)
         assert collection.snapshot() is None
-        time.sleep(1.5)  # what must NOT happen: a relist loop (the backoff starts at 0.5 s)
+        # What must NOT happen, a relist loop, cannot: the watch thread has given up for good.
+        assert _gave_up(collection)
         assert collection.lists == 1
     finally:
         collection.stop()
@@ -262,10 +263,19 @@ def test_rbac_revoked_mid_run_stops_the_copy_for_good_not_a_relist_loop(
         eventually(lambda: _refused_after_cut(collection), what="the relist refused", timeout=30)
         assert collection.snapshot() is None
         lists = collection.lists
-        time.sleep(1.5)  # what must NOT happen: a relist every backoff
+        # What must NOT happen, a relist every backoff, cannot: the watch thread has given up.
+        assert _gave_up(collection)
         assert collection.lists == lists
     finally:
         collection.stop()
+
+
+def _gave_up(collection: Collection[Any]) -> bool:
+    """Whether the collection's watch thread has ended: nothing lists or watches for it again
+    (a fact, where waiting a while for a relist that does not come would be a bet on time)."""
+    thread = collection._thread
+    thread.join(30)
+    return not thread.is_alive()
 
 
 def _refused_after_cut(collection: Collection[Any]) -> bool:

@@ -64,8 +64,9 @@ class OperatorConfig:
     pre_pull_pods: bool = False
     pre_pull_max_deadline: int = 3_600  # seconds a helper pod may live, at most
     # Workloads and pods are read from watch-fed copies where synced (runtime/watches): off,
-    # every tick reads them from the API server and rollouts are polled.
-    watch_evidence: bool = False
+    # every tick reads them from the API server and rollouts are polled. On by default, as
+    # `imagerefresh run` is.
+    watch_evidence: bool = True
     # For tests only: planning spins the CPU this many seconds more, so that a test can prove
     # the event loop (the Lease, /healthz) goes on while a large policy is planned.
     planning_delay: float = 0.0

@@ -227,7 +227,7 @@ class PolicyTicker:
                     signatures, _ = await verify_signatures(
                         found, digests, self.verifier, known=verdicts
                     )
-                result = await self._decide(policy, found, digests, signatures, follow_up)
+                result = await self._decide(policy, found, digests, signatures, follow_up, round_at)
                 ticks.decided += 1
             outcome = "ok"
             return result
@@ -282,6 +282,7 @@ class PolicyTicker:
         digests: Digests,
         signatures: Signatures,
         follow_up: bool,
+        round_at: float | None,
     ) -> TickOutcome:
         """Plan on the evidence, apply the plan, and say what is in flight."""
         now = self.clock()
@@ -296,7 +297,7 @@ class PolicyTicker:
                 self.ledger.release(held)  # that refresh never happened: its pulls are free
         metadata = policy["metadata"]
         namespace, name = metadata["namespace"], metadata["name"]
-        self._record(namespace, name, gathered, applied, plan, planning)
+        self._record(namespace, name, gathered, applied, plan, planning, round_at)
         flying = in_flight(gathered.tick.policy.spec, applied.status, namespace)
         versions = {
             key: str(workload["metadata"].get("resourceVersion", ""))
@@ -370,6 +371,7 @@ class PolicyTicker:
         applied: Applied,
         plan: Plan,
         planning: float,
+        round_at: float | None,
     ) -> None:
         spec = gathered.tick.policy.spec
         self.metrics.record_status(namespace, name, spec, applied.status)
@@ -403,6 +405,7 @@ class PolicyTicker:
             events=[e.reason for e in applied.events],
             status_written=applied.status_written,
             follow_up=gathered.tick.follow_up,
+            round=round_at,  # the grid instant of an interval tick's round; None: no round
             decisions=plan.decisions,
             planning_seconds=round(planning, 3),
         )
