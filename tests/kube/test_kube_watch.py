@@ -19,7 +19,7 @@ from imagerefresh.kube.errors import Forbidden
 from imagerefresh.kube.watch import Collection
 
 from support.accounts import service_account_kubeconfig
-from support.cluster_env import Cluster, eventually
+from support.cluster_env import Cluster, eventually, wait_until_versions_expire
 from support.operator_env import kwok_pod_template
 
 pytestmark = pytest.mark.cluster
@@ -92,6 +92,7 @@ def test_a_watch_the_api_server_answers_410_gone_unsyncs_the_copy_until_it_lists
     ns = policy_namespace
     cluster.apply(_deployment("app", "example.test/app:1"), namespace=ns)
     api = KubeApi.from_environment(cluster.kubeconfig)
+    wait_until_versions_expire(cluster, f"/apis/apps/v1/namespaces/{ns}/deployments")
     collection = _collection(api, ns).start()
     try:
         eventually(lambda: collection.synced, what="the first list", timeout=30)

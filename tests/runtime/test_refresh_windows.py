@@ -177,6 +177,7 @@ def test_a_waiting_policy_refreshes_when_its_wake_at_without_waiting_for_its_int
 def operator_wrote_at(cluster: Cluster, namespace: str, name: str) -> datetime:
     """When the API server last took a write of the operator's to the Deployment (its
     managedFields entry; whole seconds, truncated)."""
-    fields = cluster.get("deployment", name, "-n", namespace)["metadata"]["managedFields"]
+    found = cluster.get("deployment", name, "-n", namespace, "--show-managed-fields")
+    fields = found["metadata"]["managedFields"]
     (entry,) = [f for f in fields if f["manager"] == OPERATOR_FIELD_MANAGER]
     return datetime.fromisoformat(entry["time"].replace("Z", "+00:00"))

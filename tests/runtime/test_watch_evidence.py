@@ -31,7 +31,7 @@ from imagerefresh.runtime.scheduler import Scheduler
 from imagerefresh.runtime.ticker import PolicyTicker
 
 from support.accounts import service_account_kubeconfig
-from support.cluster_env import Cluster, eventually
+from support.cluster_env import Cluster, eventually, wait_until_versions_expire
 from support.counting import CountingKubeApi
 from support.operator_env import deployment_with_policy
 from support.registry_env import ImagePusher
@@ -328,6 +328,10 @@ async def test_a_watch_broken_mid_rollout_still_yields_the_verdict_decided_on_th
     def current_on(digest: str) -> bool:
         return phase() == "Current" and _pinned(cluster, ns, digest)
 
+    if fault == "410 Gone":
+        await asyncio.to_thread(
+            wait_until_versions_expire, cluster, f"/apis/apps/v1/namespaces/{ns}/deployments"
+        )
     with _ticker(api, registry) as ticker:
         await _schema_ready(ticker)
         async with _scheduling(ticker, ns) as scheduler:

@@ -140,6 +140,22 @@ def eventually(
         time.sleep(interval)
 
 
+def wait_until_versions_expire(cluster: Cluster, path: str, timeout: float = 60) -> None:
+    """Wait until a watch of ``path`` resumed from version "1" is answered 410 Gone.
+
+    A precondition of the tests that provoke a 410: a cluster's first minute serves such a
+    watch from etcd, which has not compacted anything yet, and replays the history instead.
+    Once the API server's watch cache serves the collection, "1" is too old for good."""
+
+    def expired() -> bool:
+        answer = cluster.kubectl(
+            "get", "--raw", f"{path}?watch=true&resourceVersion=1&timeoutSeconds=1", check=False
+        )
+        return '"code":410' in answer.stdout
+
+    eventually(expired, timeout=timeout, what=f"a watch of {path} from version 1 to be 410 Gone")
+
+
 # ---------------------------------------------------------------------------------------------
 # Hooks
 
