@@ -17,7 +17,7 @@ SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 # node's images (its sandbox, the tests' builds) run.
 DEBIAN_PACKAGES := docker-registry openssl podman runc mmdebstrap busybox-static
 
-.PHONY: setup system-deps binaries image release lint types contracts unit test demo clean mutation
+.PHONY: setup system-deps binaries cluster-binaries image release lint types contracts unit test demo clean mutation
 
 system-deps:
 	@missing=(); for p in $(DEBIAN_PACKAGES); do \
@@ -38,8 +38,15 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 
 setup: system-deps $(VENV)/.installed
 
+# The pinned Go builds of the test infrastructure (cached by version in $(IMAGEREFRESH_CACHE)):
+# the control plane, the real node's runtime, helm, promtool, and cosign and the referrers
+# registry the signature tests run — all before any test, so that none builds within its
+# timeout. cluster-binaries: only what e2e/local runs (make demo).
 binaries:
 	e2e/build-binaries
+
+cluster-binaries:
+	e2e/build-binaries cluster
 
 # The operator's image, built by podman from the Dockerfile on a base made from Debian's
 # packages (cached in $(IMAGEREFRESH_CACHE)/base); prints its tag, ID and size.
@@ -72,9 +79,10 @@ types: setup
 contracts: setup
 	$(BIN)/lint-imports
 
-# Fast feedback without the cluster.
+# Fast feedback without the cluster, and without the Go builds `make binaries` makes (cosign,
+# the referrers registry): nothing here compiles.
 unit: setup
-	$(BIN)/pytest -m 'not cluster' $(PYTEST_ARGS)
+	$(BIN)/pytest -m 'not cluster and not binaries' $(PYTEST_ARGS)
 
 test: setup binaries image lint types contracts
 	$(BIN)/pytest $(PYTEST_ARGS)
@@ -93,7 +101,7 @@ mutation: setup $(VENV)/.installed-mutation
 # e2e/demo.py). DEMO_KUBECONFIG=FILE runs it on that cluster instead (one with kwok nodes), in
 # two namespaces of its own that it deletes afterwards.
 DEMO_KUBECONFIG ?=
-demo: setup binaries
+demo: setup cluster-binaries
 	$(BIN)/python e2e/demo.py $(if $(DEMO_KUBECONFIG),--kubeconfig '$(DEMO_KUBECONFIG)')
 
 # The performance figures (docs/contributing/benchmarks.md) on its own local environment

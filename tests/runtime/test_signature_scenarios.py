@@ -35,7 +35,7 @@ import pytest
 from imagerefresh.signatures import Failure, fallback_tag, legacy_tag, parse_public_key
 
 from support.cluster_env import Cluster, eventually
-from support.cosign_env import BUILD_TIMEOUT, KeyPair, key_pair
+from support.cosign_env import KeyPair, key_pair
 from support.hostile_registry import HostileRegistry
 from support.hub_front import HubFront, ServedRequest
 from support.operator_env import Operator, running_operator
@@ -60,7 +60,7 @@ from support.signing import (
     read_evidence,
 )
 
-pytestmark = [pytest.mark.cluster, pytest.mark.timeout(BUILD_TIMEOUT + 300)]
+pytestmark = pytest.mark.cluster
 
 PASSWORD = "signature-scenarios"
 POLICY = "control-plane"
