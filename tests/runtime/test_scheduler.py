@@ -189,6 +189,7 @@ async def running() -> AsyncIterator[tuple[Observed, Ticker, Clock]]:
     ticker, clock = Ticker(), Clock()
     scheduler = observed(ticker, clock)
     task = asyncio.create_task(scheduler.run())
+    await until(lambda: scheduler.passes > 0)  # its first look, at no policy, is behind it
     yield scheduler, ticker, clock
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
@@ -319,6 +320,7 @@ async def watched() -> AsyncIterator[tuple[Observed, Ticker, Clock]]:
     ticker, clock = Ticker(watches=Watches({APP: "1"})), Clock()
     scheduler = observed(ticker, clock)
     task = asyncio.create_task(scheduler.run())
+    await until(lambda: scheduler.passes > 0)  # its first look, at no policy, is behind it
     yield scheduler, ticker, clock
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
