@@ -1,16 +1,31 @@
 # syntax=docker/dockerfile:1
-# The imagerefresh operator image. Two stages: the builder turns the source into a wheel and
-# installs it (with its dependencies) into a virtualenv; the final stage is the same slim Python
-# with only that virtualenv copied in — no compilers, no pip, no source tree.
-# Build: docker build -t imagerefresh:0.1.0 .   (the entrypoint is `imagerefresh run`)
+# The imagerefresh operator image, for linux/amd64 and linux/arm64. Two stages: the builder
+# turns the source into a wheel and installs it, with its dependencies for the TARGET platform,
+# into a virtualenv; the final stage is the same slim Python with only that virtualenv copied in
+# — no compilers, no pip, no source tree.
+#
+# The builder always runs on the build machine's own platform (--platform=$BUILDPLATFORM) and
+# fetches the target's wheels (pip --platform, binary wheels only), so building the arm64 image
+# on an amd64 machine emulates nothing but the final stage's one short RUN. A virtualenv is
+# portable between the two as long as both bases are the same Python at the same path, which
+# they are (one base image, or one Debian release).
+#
+# Build: docker buildx build --platform linux/amd64,linux/arm64 -t imagerefresh:0.1.0 .
+#        (entrypoint `imagerefresh run`; a single platform: docker build -t imagerefresh:0.1.0 .)
 # Without Docker or docker.io: `make image` (podman, on a base made from Debian's packages and
-# passed as BUILDER_BASE / RUNTIME_BASE; see e2e/build-image).
+# passed as BUILDER_BASE / RUNTIME_BASE; see e2e/build-image), `make release` for both platforms.
 
 # The builder needs Python with venv and ensurepip; the runtime only Python.
 ARG BUILDER_BASE=python:3.11-slim
 ARG RUNTIME_BASE=python:3.11-slim
+# The build machine's platform and the target's: docker buildx and podman set them (podman 4.3
+# expands them in FROM only when passed as --build-arg, which e2e/build-image does).
+ARG BUILDPLATFORM
+ARG TARGETPLATFORM
 
-FROM ${BUILDER_BASE} AS builder
+FROM --platform=${BUILDPLATFORM} ${BUILDER_BASE} AS builder
+# Set by the builder (docker buildx, podman) from --platform: amd64 or arm64.
+ARG TARGETARCH
 # A CA bundle for pip where a TLS-inspecting proxy stands before PyPI (e2e/build-image passes
 # the host's $PIP_CERT); empty means the base's own trust store. Builder stage only.
 ARG PIP_CERT=""
@@ -20,18 +35,44 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
 WORKDIR /src
 COPY pyproject.toml README.md LICENSE ./
 COPY operator/ operator/
-# pip leaves the venv once the package is in: the final stage gets no installer.
-RUN python3 -m venv /opt/venv \
-    && /opt/venv/bin/pip wheel --no-cache-dir --no-deps --wheel-dir /wheels . \
-    && /opt/venv/bin/pip install --no-cache-dir /wheels/imagerefresh-*.whl \
-    && /opt/venv/bin/pip uninstall --yes pip setuptools wheel
+# The package is pure Python; its dependencies' binary wheels are the target's: every
+# manylinux tag the base's glibc runs (pip does not widen a manylinux_2_X tag by itself), for
+# the base's Python. pip leaves the venv once the package is in: the final stage gets no
+# installer.
+# (set -eu: podman ignores SHELL in the OCI image format. $target is a list, split on purpose.)
+# hadolint ignore=SC2086
+RUN set -eu; \
+    case "${TARGETARCH:-amd64}" in \
+      amd64) cpu=x86_64 ;; \
+      arm64) cpu=aarch64 ;; \
+      *) echo "unsupported TARGETARCH ${TARGETARCH}: amd64 or arm64" >&2; exit 1 ;; \
+    esac; \
+    python3 -m venv /opt/venv; \
+    site=$(/opt/venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'); \
+    target=$(/opt/venv/bin/python -c 'import os, sys; cpu = sys.argv[1]; \
+      glibc = int(os.confstr("CS_GNU_LIBC_VERSION").split(".")[1]); \
+      version = "%d%d" % sys.version_info[:2]; \
+      tags = ["manylinux_2_%d_%s" % (minor, cpu) for minor in range(glibc, 16, -1)]; \
+      tags.append("manylinux2014_" + cpu); \
+      print(" ".join(["--platform=" + tag for tag in tags] \
+        + ["--python-version=" + version, "--implementation=cp", "--abi=cp" + version]))' "$cpu"); \
+    /opt/venv/bin/pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .; \
+    /opt/venv/bin/pip install --no-cache-dir --only-binary=:all: $target --target "$site" \
+      /wheels/imagerefresh-*.whl; \
+    mv "$site"/bin/* /opt/venv/bin/; \
+    rmdir "$site/bin"; \
+    /opt/venv/bin/pip uninstall --yes pip setuptools wheel
 
-FROM ${RUNTIME_BASE}
+# (Explicit, though it is the default: podman 4.3 would carry the builder's platform over.)
+# hadolint ignore=DL3065
+FROM --platform=${TARGETPLATFORM} ${RUNTIME_BASE}
 LABEL org.opencontainers.image.title="imagerefresh" \
       org.opencontainers.image.description="Keeps workloads on the newest digest of their tracked tags" \
       org.opencontainers.image.licenses="Apache-2.0"
-# A system user with a fixed numeric id (the chart runs as 65532:65532, runAsNonRoot). The
-# slim base's own pip goes too (a base without one has nothing to remove).
+# A system user with a fixed numeric id, the image's USER (the chart sets none, so this one
+# serves; runAsNonRoot needs it numeric). Nothing in the image is written at run time, so any
+# other user works as well: OpenShift assigns one from the namespace's range, with group 0.
+# The slim base's own pip goes too (a base without one has nothing to remove).
 RUN groupadd --system --gid 65532 imagerefresh \
     && useradd --system --uid 65532 --gid 65532 --no-create-home \
        --home-dir /nonexistent --shell /usr/sbin/nologin imagerefresh \

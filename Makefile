@@ -14,10 +14,13 @@ SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 # control plane's certificates; podman and runc build and run the operator's image (no Docker
 # engine) and runc also runs the real node's containers (e2e/local); mmdebstrap makes the image's
 # local base from Debian's packages (docker.io is unreachable); busybox-static is what the real
-# node's images (its sandbox, the tests' builds) run.
-DEBIAN_PACKAGES := docker-registry openssl podman runc mmdebstrap busybox-static
+# node's images (its sandbox, the tests' builds) run. The release's linux/arm64 image: its base
+# is made under qemu-user-static (arch-test is how mmdebstrap checks the emulator), and skopeo
+# writes the per-platform archives and pushes the index with its digests kept.
+DEBIAN_PACKAGES := docker-registry openssl podman runc mmdebstrap busybox-static \
+	qemu-user-static arch-test skopeo
 
-.PHONY: setup system-deps binaries cluster-binaries image release lint types contracts unit test demo clean mutation
+.PHONY: setup system-deps binaries cluster-binaries image images release lint types contracts unit test demo clean mutation
 
 system-deps:
 	@missing=(); for p in $(DEBIAN_PACKAGES); do \
@@ -53,11 +56,20 @@ cluster-binaries:
 image: system-deps
 	e2e/build-image
 
-# The installable artifacts of pyproject.toml's version in $(DIST): the chart, the image as an
-# archive, the CLI's wheel and SHA256SUMS (see release/release.py). COSIGN_KEY=FILE signs the
-# sums (its password in $$COSIGN_PASSWORD); PUSH=REGISTRY[/PREFIX] also pushes the image and the
-# chart (PUSH_PLAIN_HTTP=true for a registry without TLS; PUSH_TLS_VERIFY=false for one whose
-# certificate is not trusted here, or, as podman's --tls-verify=false, one without TLS).
+# Every platform a release ships (linux/amd64, linux/arm64), so that the release test's builds
+# are warm: the other architecture's base is made under qemu-user-static once (a few minutes,
+# cached in $(IMAGEREFRESH_CACHE)/base, as every one-time build), its image in about a minute.
+RELEASE_PLATFORMS := linux/amd64 linux/arm64
+images: system-deps
+	for platform in $(RELEASE_PLATFORMS); do e2e/build-image --platform $$platform; done
+
+# The installable artifacts of pyproject.toml's version in $(DIST): the image for linux/amd64 and
+# linux/arm64 (one OCI archive of the index, one loadable archive per platform), the chart
+# pinned to the index's digest, the CLI's wheel and SHA256SUMS (see release/release.py). The
+# arm64 image is built with qemu-user-static (e2e/binfmt registers it: root, once per boot).
+# COSIGN_KEY=FILE signs the sums (its password in $$COSIGN_PASSWORD); PUSH=REGISTRY[/PREFIX]
+# also pushes the image index and the chart (PUSH_PLAIN_HTTP=true for a registry without TLS;
+# PUSH_TLS_VERIFY=false for one whose certificate is not trusted here, or one without TLS).
 DIST ?= dist
 COSIGN_KEY ?=
 PUSH ?=
@@ -84,7 +96,7 @@ contracts: setup
 unit: setup
 	$(BIN)/pytest -m 'not cluster and not binaries' $(PYTEST_ARGS)
 
-test: setup binaries image lint types contracts
+test: setup binaries images lint types contracts
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 # How much the fast tests bite: mutmut over the pure core, score per module and every survivor

@@ -59,12 +59,33 @@ from harness import (
     wait_for,
 )
 
+from imagerefresh.runtime.kept import label_keys
+from imagerefresh.runtime.watches import KeptWorkload, WatchedPod
+
 from support.cluster_env import Cluster
 from support.cosign_env import built_cosign
 from support.hub_front import ServedRequest
 from support.realnode_env import RealNode
 from support.referrers_env import ReferrersRegistry, built
 from support.registry_env import ImagePusher
+
+
+@dataclass
+class Copies:
+    """What the watch-fed copies of a fleet's namespaces would hold whole, and keep (bytes of
+    compact JSON)."""
+
+    workloads: int = 0
+    workloads_whole: int = 0
+    workloads_kept: int = 0
+    pods: int = 0
+    pods_whole: int = 0
+    pods_kept: int = 0
+
+
+def _json_size(item: object) -> int:
+    return len(json.dumps(item, separators=(",", ":")))
+
 
 BARE_OPERATOR = Path(__file__).resolve().with_name("bare_operator.py")
 BARE_DAEMONS = Path(__file__).resolve().with_name("bare_daemon_operator.py")
@@ -841,16 +862,24 @@ class Bench:
             ok=max(registry_during) == 0,
         )
 
-    def _watched_copies(self, namespaces: list[str]) -> tuple[int, int, int]:
-        """What the operator's copies of ``namespaces`` keep: workloads, their bytes, pods."""
-        workloads = size = pods = 0
+    def _watched_copies(self, namespaces: list[str]) -> Copies:
+        """What the operator's copies of ``namespaces`` would hold whole, and what they keep
+        (runtime/kept: of a pod, only the labels the namespace's selectors read)."""
+        copies = Copies()
         for namespace in namespaces:
             answer = self.apps.list_namespaced_deployment(namespace, _preload_content=False)
+            keys: set[str] = set()
             for item in json.loads(answer.data)["items"]:
-                workloads += 1
-                size += len(json.dumps(item, separators=(",", ":")))
-            pods += len(self.core.list_namespaced_pod(namespace).items)
-        return workloads, size, pods
+                copies.workloads += 1
+                copies.workloads_whole += _json_size(item)
+                copies.workloads_kept += len(KeptWorkload.of(item, "Deployment").raw)
+                keys |= label_keys(item["spec"].get("selector") or {})
+            answer = self.core.list_namespaced_pod(namespace, _preload_content=False)
+            for item in json.loads(answer.data)["items"]:
+                copies.pods += 1
+                copies.pods_whole += _json_size(item)
+                copies.pods_kept += WatchedPod.from_api(item, keys).size
+        return copies
 
     def _patch_floor(self, n: int) -> tuple[float, float]:
         """What the same cluster needs for the patches alone: the floor under row 3's figure.
@@ -1021,11 +1050,13 @@ class Bench:
             "",
             f"operator {_ratio(steady['operator'], steady['daemons'])} of it (steady)",
         )
-        workloads, size, pods = self._watched_copies(fleet.namespace_names)
+        copies = self._watched_copies(fleet.namespace_names)
         self.table.add(
             section,
-            "what the watch-fed copies hold (included above): workloads as compact JSON; pods",
-            f"{workloads} workloads, {_fmt(size / 1024, 1)} KiB; {pods} pods (labels, digests)",
+            "what the watch-fed copies keep (included above), compact JSON: whole → kept",
+            f"{copies.workloads} workloads, {_fmt(copies.workloads_whole / 1024, 1)} → "
+            f"{_fmt(copies.workloads_kept / 1024, 1)} KiB; {copies.pods} pods, "
+            f"{_fmt(copies.pods_whole / 1024, 1)} → {_fmt(copies.pods_kept / 1024, 1)} KiB",
         )
         baseline = 2 * fleet.references
         per_interval = sum(soak_counts.values()) / rounds

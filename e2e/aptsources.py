@@ -12,7 +12,12 @@ first ``deb`` source serving ``<suite> main`` and the first serving its security
 ``IMAGE_BASE_MIRROR`` / ``IMAGE_BASE_SECURITY_MIRROR`` in the environment override what apt
 says (a machine whose apt is for another distribution).
 
-    python3 e2e/aptsources.py SUITE     # the two mirrors as mmdebstrap takes them:
+A base for another architecture (the release's linux/arm64 image) needs mirrors that serve it:
+many local mirrors and caches carry only the machine's own. ``--arch ARCH`` checks first that
+each mirror has ``dists/<suite>/main/binary-<ARCH>/Release`` and fails naming the one that
+does not, rather than letting mmdebstrap fail minutes later with apt's less direct words.
+
+    python3 e2e/aptsources.py [--arch ARCH] SUITE   # the two mirrors as mmdebstrap takes them:
     deb http://<mirror>/debian SUITE main
     deb http://<mirror>/debian-security SUITE-security main
 """
@@ -22,11 +27,21 @@ from __future__ import annotations
 import os
 import re
 import sys
+import urllib.error
+import urllib.request
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Mirrors", "NoMirror", "Source", "mirrors", "parse_deb822", "parse_one_line"]
+__all__ = [
+    "Mirrors",
+    "NoMirror",
+    "Source",
+    "mirrors",
+    "missing_architecture",
+    "parse_deb822",
+    "parse_one_line",
+]
 
 APT_ETC = Path("/etc/apt")
 OVERRIDES = ("IMAGE_BASE_MIRROR", "IMAGE_BASE_SECURITY_MIRROR")
@@ -59,6 +74,13 @@ class Mirrors:
         return [
             f"deb {self.main} {self.suite} main",
             f"deb {self.security} {self.security_suite} main",
+        ]
+
+    def indexes(self, arch: str) -> list[str]:
+        """The Release file of each mirror's ``main`` packages for ``arch``."""
+        return [
+            f"{self.main}/dists/{self.suite}/main/binary-{arch}/Release",
+            f"{self.security}/dists/{self.security_suite}/main/binary-{arch}/Release",
         ]
 
 
@@ -170,15 +192,39 @@ def mirrors(suite: str, sources: list[Source], environ: Mapping[str, str] | None
     return Mirrors(suite, main[0], security[0], security[1])
 
 
+def missing_architecture(found: Mirrors, arch: str, timeout: float = 30.0) -> str | None:
+    """Why the mirrors cannot serve ``arch``, or None when each has its package index."""
+    for url in found.indexes(arch):
+        try:
+            with urllib.request.urlopen(url, timeout=timeout) as answer:
+                answer.read(65_536)
+        except urllib.error.HTTPError as error:
+            return (
+                f"{url} answered {error.code}: that mirror does not serve {arch}; point apt "
+                f"(or IMAGE_BASE_MIRROR / IMAGE_BASE_SECURITY_MIRROR) at one that does"
+            )
+        except (urllib.error.URLError, OSError) as error:
+            return f"{url} could not be read ({error}): is the mirror reachable from here?"
+    return None
+
+
 def main(argv: list[str]) -> int:
+    arch = None
+    if len(argv) == 3 and argv[0] == "--arch":
+        arch, argv = argv[1], argv[2:]
     if len(argv) != 1:
-        print("usage: aptsources.py SUITE", file=sys.stderr)
+        print("usage: aptsources.py [--arch ARCH] SUITE", file=sys.stderr)
         return 2
     try:
         found = mirrors(argv[0], read_sources())
     except NoMirror as error:
         print(f"aptsources: {error}", file=sys.stderr)
         return 1
+    if arch is not None:
+        why = missing_architecture(found, arch)
+        if why is not None:
+            print(f"aptsources: {why}", file=sys.stderr)
+            return 1
     print("\n".join(found.lines()))
     return 0
 

@@ -225,9 +225,15 @@ def stop_containers(bins: Path, state: Path) -> list[str]:
 # kubelet
 
 
+def pod_logs(state: Path) -> Path:
+    """The kubelet's podLogsDir: <namespace>_<pod>_<uid>/<container>/<n>.log, as in
+    /var/log/pods on a node set up the usual way."""
+    return root(state) / "kubelet" / "pod-logs"
+
+
 def kubelet_config(state: Path, ca: Path, port: int, healthz_port: int) -> Path:
     base = root(state) / "kubelet"
-    (base / "pod-logs").mkdir(parents=True, exist_ok=True)
+    pod_logs(state).mkdir(parents=True, exist_ok=True)
     config = {
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
         "kind": "KubeletConfiguration",
@@ -243,7 +249,7 @@ def kubelet_config(state: Path, ca: Path, port: int, healthz_port: int) -> Path:
         },
         "authorization": {"mode": "AlwaysAllow"},
         "containerRuntimeEndpoint": f"unix://{containerd_socket(state)}",
-        "podLogsDir": str(base / "pod-logs"),
+        "podLogsDir": str(pod_logs(state)),
         "volumePluginDir": str(base / "volume-plugins"),
         "registerWithTaints": [{"key": TAINT_KEY, "value": "true", "effect": "NoSchedule"}],
         # What this machine needs: cgroup v1 with cgroupfs, no QoS hierarchy to manage.

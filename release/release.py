@@ -9,24 +9,38 @@ differ. ``--set-version X`` writes X into both.
 
 ``dist/`` then holds, for version V:
 
-- ``imagerefresh-V.tgz``: the chart (``helm package``, the CRD included);
-- ``imagerefresh-image-V.tar``: the image `make image` builds, named
-  ``docker.io/tracebloc/imagerefresh:V`` (the chart's default image), as a docker-archive that
-  ``podman load``, ``docker load`` and ``skopeo copy docker-archive:…`` accept;
-- ``imagerefresh-V-py3-none-any.whl``: the CLI (``pip install`` it with its dependencies);
+- ``imagerefresh-image-V.oci.tar``: the image for linux/amd64 and linux/arm64, one OCI image
+  index over the two, as an OCI archive (a tar of an OCI image layout). ``skopeo copy --all
+  --preserve-digests oci-archive:imagerefresh-image-V.oci.tar docker://REGISTRY/…:V`` puts it in
+  a registry with the index digest unchanged;
+- ``imagerefresh-V.tgz``: the chart (``helm package``, the CRD included), whose default image
+  is ``docker.io/tracebloc/imagerefresh@<that index digest>`` (``image.digest``; set it empty to
+  run the tag, or to another digest);
+- ``imagerefresh-image-V-linux-amd64.tar`` and ``…-linux-arm64.tar``: each platform's image,
+  named ``docker.io/tracebloc/imagerefresh:V``, as a docker-archive that ``podman load`` and
+  ``docker load`` accept (they import one platform anyway: containers/podman#22882);
+- ``imagerefresh-V-py3-none-any.whl``: the CLI (``pip install`` it with its dependencies), with
+  the ``kubectl-imagerefresh`` plugin (``kubectl imagerefresh …``);
 - ``SHA256SUMS`` over those (``sha256sum -c SHA256SUMS`` checks them) and, with
   ``--cosign-key``, ``SHA256SUMS.sig``: cosign's signature of it, made offline (no
   transparency log), checked with ``cosign verify-blob --key cosign.pub --signature
   SHA256SUMS.sig --insecure-ignore-tlog=true SHA256SUMS``.
 
-``--push REGISTRY[/PREFIX]`` also pushes the image to ``REGISTRY/PREFIX/imagerefresh:V`` (podman,
-with the caller's registry logins) and the chart to ``oci://REGISTRY/PREFIX/charts`` (``helm
-push``; then ``helm install oci://REGISTRY/PREFIX/charts/imagerefresh --version V``).
-``--plain-http`` for a registry without TLS, ``--insecure-skip-tls-verify`` for one whose
-certificate is not trusted here (or, as podman's ``--tls-verify=false``, one without TLS).
+The images are built by e2e/build-image, one per platform: the machine's own is `make image`'s
+build (warm in seconds), the other is built with Debian's qemu-user-static for its one emulated
+step (its base once, a few minutes; cached in $IMAGEREFRESH_CACHE like every one-time build).
+podman puts them into one index (``podman manifest``), pushed in OCI format to a directory that
+becomes the archive.
 
-helm and cosign are the builds pinned in e2e/versions.env (e2e/build-binaries); podman builds
-and saves the image (e2e/build-image, warm in seconds once built).
+``--push REGISTRY[/PREFIX]`` also copies the index with both images to
+``REGISTRY/PREFIX/imagerefresh:V`` (skopeo, exactly as above, with the caller's registry logins)
+and the chart to ``oci://REGISTRY/PREFIX/charts`` (``helm push``; then ``helm install
+oci://REGISTRY/PREFIX/charts/imagerefresh --version V --set
+image.repository=REGISTRY/PREFIX/imagerefresh``: the pinned index digest is the same there).
+``--plain-http`` for a registry without TLS, ``--insecure-skip-tls-verify`` for one whose
+certificate is not trusted here (or, as skopeo's ``--dest-tls-verify=false``, one without TLS).
+
+helm and cosign are the builds pinned in e2e/versions.env (e2e/build-binaries).
 
     release/release.py [--dist DIR] [--cosign-key KEY] [--push REGISTRY[/PREFIX]
                        [--plain-http | --insecure-skip-tls-verify]]
@@ -37,15 +51,17 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import tomllib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -54,6 +70,9 @@ BUILD_BINARIES = REPO / "e2e" / "build-binaries"
 BUILD_IMAGE = REPO / "e2e" / "build-image"
 # The image's published name: chart/values.yaml's image.repository (a test keeps them equal).
 IMAGE_REPOSITORY = "docker.io/tracebloc/imagerefresh"
+# The platforms of the released image, each an architecture of linux.
+PLATFORMS = ("amd64", "arm64")
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 SUMS = "SHA256SUMS"
 # What the wheel is built from (as the Dockerfile's builder stage copies it).
 WHEEL_SOURCES = ("pyproject.toml", "README.md", "LICENSE", "operator")
@@ -65,7 +84,14 @@ _PUSH = re.compile(
     r"(?P<prefix>(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*)"
 )
 
-__all__ = ["Artifacts", "ReleaseError", "artifact_names", "project_version", "release"]
+__all__ = [
+    "PLATFORMS",
+    "Artifacts",
+    "ReleaseError",
+    "artifact_names",
+    "project_version",
+    "release",
+]
 
 
 class ReleaseError(Exception):
@@ -77,19 +103,22 @@ class Artifacts:
     """The files of one release, by what they are."""
 
     chart: Path
-    image: Path
+    index: Path  # the OCI archive of the multi-platform image
+    platforms: dict[str, Path]  # architecture → its loadable docker-archive
     wheel: Path
     sums: Path
+    digest: str  # the index's digest, the chart's default image.digest
     signature: Path | None = None
 
     def checksummed(self) -> list[Path]:
-        return [self.chart, self.image, self.wheel]
+        return [self.chart, self.index, *self.platforms.values(), self.wheel]
 
 
 def artifact_names(version: str) -> dict[str, str]:
     return {
         "chart": f"imagerefresh-{version}.tgz",
-        "image": f"imagerefresh-image-{version}.tar",
+        "index": f"imagerefresh-image-{version}.oci.tar",
+        **{f"image-{arch}": f"imagerefresh-image-{version}-linux-{arch}.tar" for arch in PLATFORMS},
         "wheel": f"imagerefresh-{version}-py3-none-any.whl",
     }
 
@@ -166,16 +195,36 @@ def binaries(*names: str) -> dict[str, Path]:
     return {name: bin_dir / name for name in names}
 
 
-def package_chart(helm: Path, version: str, dist: Path) -> Path:
-    run(
-        [helm, "package", CHART, "--version", version, "--app-version", version,
-         "--destination", dist],
-        what="helm package",
-    )  # fmt: skip
+def package_chart(helm: Path, version: str, dist: Path, digest: str | None = None) -> Path:
+    """``helm package`` the chart; with ``digest``, its default ``image.digest`` is that."""
+    with tempfile.TemporaryDirectory(prefix="imagerefresh-chart-") as tmp:
+        source = Path(tmp) / "imagerefresh"
+        shutil.copytree(CHART, source)  # symlinks (the CRD) become their files
+        if digest is not None:
+            pin_digest(source / "values.yaml", digest)
+        run(
+            [helm, "package", source, "--version", version, "--app-version", version,
+             "--destination", dist],
+            what="helm package",
+        )  # fmt: skip
     chart = dist / artifact_names(version)["chart"]
     if not chart.is_file():
         raise ReleaseError(f"helm package wrote no {chart.name}")
     return chart
+
+
+def pin_digest(values: Path, digest: str) -> None:
+    """Write ``digest`` as ``image.digest`` into a chart's values.yaml (the one line under
+    ``image:``), keeping its comments."""
+    if not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
+        raise ReleaseError(f"{digest!r} is not a sha256 digest")
+    text, count = re.subn(
+        r'(^image:\n(?:[ #].*\n)*?  digest: )""', rf'\g<1>"{digest}"', values.read_text(),
+        count=1, flags=re.MULTILINE,
+    )  # fmt: skip
+    if count != 1:
+        raise ReleaseError(f'{values} has no `digest: ""` line under image:')
+    values.write_text(text)
 
 
 def build_wheel(version: str, dist: Path) -> Path:
@@ -209,27 +258,77 @@ def build_wheel(version: str, dist: Path) -> Path:
         return Path(shutil.move(built, dist / name))
 
 
-def built_image() -> str:
-    """The image `make image` builds (warm: podman's layer cache); its local tag."""
-    return run([BUILD_IMAGE], what="e2e/build-image").strip().splitlines()[-1]
+def built_image(arch: str) -> str:
+    """The image for linux/``arch`` e2e/build-image builds (the machine's own is `make image`'s,
+    warm: podman's layer cache); its local tag."""
+    built = run([BUILD_IMAGE, "--platform", f"linux/{arch}"], what=f"e2e/build-image {arch}")
+    return built.strip().splitlines()[-1]
 
 
-def save_image(local: str, version: str, dist: Path) -> Path:
-    """``podman save`` the image under its published name, as a docker-archive."""
-    published = f"{IMAGE_REPOSITORY}:{version}"
-    archive = dist / artifact_names(version)["image"]
-    existed = subprocess.run(["podman", "image", "exists", published], check=False).returncode == 0
-    run(["podman", "tag", local, published], what="podman tag")
-    try:
-        run(
-            ["podman", "save", "--quiet", "--format", "docker-archive", "--output", archive,
-             published],
-            what="podman save",
-        )  # fmt: skip
-    finally:
-        if not existed:  # leave podman's storage as it was
-            subprocess.run(["podman", "untag", local, published], check=False)
+def save_image(local: str, version: str, dist: Path, arch: str) -> Path:
+    """One platform's image under its published name, as a docker-archive (skopeo names it in
+    the archive, so podman's storage keeps its names: both platforms share the published one)."""
+    archive = dist / artifact_names(version)[f"image-{arch}"]
+    archive.unlink(missing_ok=True)
+    run(
+        ["skopeo", "copy", "--quiet", f"containers-storage:{local}",
+         f"docker-archive:{archive}:{IMAGE_REPOSITORY}:{version}"],
+        what=f"skopeo copy (the {arch} docker-archive)",
+    )  # fmt: skip
     return archive
+
+
+def image_index(images: dict[str, str], version: str, dist: Path) -> tuple[Path, str]:
+    """The OCI archive of one image index over ``images`` (architecture → local tag), with the
+    index's digest: what ``skopeo copy --all --preserve-digests`` pushes unchanged."""
+    archive = dist / artifact_names(version)["index"]
+    listed = f"localhost/imagerefresh-release-index:{version}"
+    subprocess.run(["podman", "manifest", "rm", listed], capture_output=True, check=False)
+    run(["podman", "manifest", "create", listed], what="podman manifest create")
+    try:
+        for arch in PLATFORMS:
+            run(
+                ["podman", "manifest", "add", "--os", "linux", "--arch", arch, listed,
+                 f"containers-storage:{images[arch]}"],
+                what=f"podman manifest add {arch}",
+            )  # fmt: skip
+        with tempfile.TemporaryDirectory(prefix="imagerefresh-index-", dir=dist) as tmp:
+            layout = Path(tmp) / "layout"
+            run(
+                ["podman", "manifest", "push", "--quiet", "--all", "--format", "oci", listed,
+                 f"oci:{layout}:{IMAGE_REPOSITORY}:{version}"],
+                what="podman manifest push (an OCI layout)",
+            )  # fmt: skip
+            digest = _index_digest(layout)
+            _tar_layout(layout, archive)
+    finally:
+        subprocess.run(["podman", "manifest", "rm", listed], capture_output=True, check=False)
+    return archive, digest
+
+
+def _index_digest(layout: Path) -> str:
+    """The digest of the one image index an OCI layout's index.json names."""
+    entries = json.loads((layout / "index.json").read_text()).get("manifests", [])
+    indexes = [e for e in entries if e.get("mediaType") == OCI_INDEX]
+    if len(indexes) != 1:
+        raise ReleaseError(f"the OCI layout names {len(indexes)} image indexes, not 1: {entries}")
+    digest = str(indexes[0]["digest"])
+    blob = layout / "blobs" / "sha256" / digest.removeprefix("sha256:")
+    if "sha256:" + hashlib.sha256(blob.read_bytes()).hexdigest() != digest:
+        raise ReleaseError(f"the OCI layout's index blob is not {digest}")
+    return digest
+
+
+def _tar_layout(layout: Path, archive: Path) -> None:
+    """An OCI archive: the layout's files at the tar's root, in a fixed order and with fixed
+    dates and owners, so the same images give the same bytes."""
+    with tarfile.open(archive, "w", format=tarfile.PAX_FORMAT) as tar:
+        for path in sorted(p for p in layout.rglob("*") if p.is_file()):
+            info = tar.gettarinfo(str(path), arcname=str(path.relative_to(layout)))
+            info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+            info.mode = 0o644
+            with path.open("rb") as handle:
+                tar.addfile(info, handle)
 
 
 def sha256(path: Path) -> str:
@@ -303,16 +402,17 @@ class Push:
         return f"oci://{self.registry}{self.prefix}/charts"
 
 
-def push(helm: Path, local: str, chart: Path, version: str, to: Push) -> dict[str, str]:
-    """Push the image and the chart; the references pushed, with their digests."""
+def push(helm: Path, index: Path, chart: Path, version: str, to: Push) -> dict[str, str]:
+    """Push the image index (both platforms) and the chart; the references pushed, with their
+    digests."""
     image = to.image(version)
-    tls = ["--tls-verify=false"] if to.plain_http or to.insecure else []
+    tls = ["--dest-tls-verify=false"] if to.plain_http or to.insecure else []
     with tempfile.TemporaryDirectory(prefix="imagerefresh-push-") as tmp:
         digest_file = Path(tmp) / "digest"
         run(
-            ["podman", "push", "--quiet", *tls, "--digestfile", digest_file, local,
-             f"docker://{image}"],
-            what=f"podman push {image}",
+            ["skopeo", "copy", "--quiet", "--all", "--preserve-digests", *tls,
+             "--digestfile", digest_file, f"oci-archive:{index}", f"docker://{image}"],
+            what=f"skopeo copy --all {image}",
         )  # fmt: skip
         image_digest = digest_file.read_text().strip()
     flags = ["--plain-http"] if to.plain_http else []
@@ -321,7 +421,7 @@ def push(helm: Path, local: str, chart: Path, version: str, to: Push) -> dict[st
     try:
         pushed = run([helm, "push", chart, to.charts, *flags], what=what, merged=True)
     except ReleaseError as error:
-        # Not verifying TLS lets podman fall back to plain HTTP; helm needs to be told.
+        # Not verifying TLS lets skopeo fall back to plain HTTP; helm needs to be told.
         if not (to.insecure and "HTTP response to HTTPS client" in str(error)):
             raise
         pushed = run([helm, "push", chart, to.charts, "--plain-http"], what=what, merged=True)
@@ -341,20 +441,31 @@ def release(
     if cosign_key is not None and not cosign_key.is_file():
         raise ReleaseError(f"the cosign key {cosign_key} does not exist")
     dist.mkdir(parents=True, exist_ok=True)
-    for stale in [*names.values(), SUMS, SIGNATURE]:  # never a signature of other sums
-        (dist / stale).unlink(missing_ok=True)
+    stale = [*names.values(), SUMS, SIGNATURE, f"imagerefresh-image-{version}.tar"]
+    for name in stale:  # never a signature of other sums
+        (dist / name).unlink(missing_ok=True)
     tools = binaries("helm", *(["cosign"] if cosign_key is not None else []))
-    log(f"version {version}: the chart")
-    chart = package_chart(tools["helm"], version, dist)
     log("the CLI's wheel")
     wheel = build_wheel(version, dist)
-    log("the image (e2e/build-image)")
-    local = built_image()
-    image = save_image(local, version, dist)
-    sums = write_sums([chart, image, wheel], dist)
+    images = {}
+    for arch in PLATFORMS:
+        log(f"the linux/{arch} image (e2e/build-image --platform linux/{arch})")
+        images[arch] = built_image(arch)
+    log("the image index over both platforms")
+    index, digest = image_index(images, version, dist)
+    platforms = {arch: save_image(images[arch], version, dist, arch) for arch in PLATFORMS}
+    log(f"version {version}: the chart, its image pinned to the index {digest}")
+    chart = package_chart(tools["helm"], version, dist, digest)
+    artifacts = Artifacts(chart, index, platforms, wheel, dist / SUMS, digest)
+    sums = write_sums(artifacts.checksummed(), dist)
     signature = sign(tools["cosign"], cosign_key, sums) if cosign_key is not None else None
-    pushed = push(tools["helm"], local, chart, version, to) if to is not None else {}
-    return Artifacts(chart, image, wheel, sums, signature), pushed
+    pushed = push(tools["helm"], index, chart, version, to) if to is not None else {}
+    if to is not None and pushed.get(to.image(version)) != digest:
+        raise ReleaseError(
+            f"the registry stored the index as {pushed.get(to.image(version))}, not {digest}: "
+            "the chart's pinned digest would not resolve there"
+        )
+    return replace(artifacts, signature=signature), pushed
 
 
 def human(size: int) -> str:
@@ -395,6 +506,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     files += [artifacts.signature] if artifacts.signature is not None else []
     for path in files:
         print(f"{path}  ({human(path.stat().st_size)})")
+    print(f"image index {artifacts.digest} (linux/{', linux/'.join(PLATFORMS)})")
     for reference, digest in pushed.items():
         print(f"pushed {reference}  {digest}")
     return 0

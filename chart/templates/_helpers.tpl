@@ -270,6 +270,13 @@ the verbs of before: no list or watch on workloads, no watch on pods.
   resources: ["deployments", "daemonsets", "statefulsets"]
   verbs: {{ $workloadVerbs }}
 {{- end }}
+# The workloads' revisions (a Deployment's ReplicaSets, a DaemonSet's or StatefulSet's
+# ControllerRevisions), listed by the workload's selector while a rollout of ours is in flight:
+# a rollback restores only what its previous revision ran. Read-only; a list cannot be scoped
+# by name.
+- apiGroups: ["apps"]
+  resources: ["replicasets", "controllerrevisions"]
+  verbs: ["list"]
 {{- if $watch }}
 # The workloads' pods: which digests they run, from one watch-fed copy of the namespace's pods
 # (a list or watch of pods cannot be scoped by name or label). Read-only.
@@ -332,6 +339,25 @@ expose every Secret's content.
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]
+{{- end -}}
+
+{{/*
+The pre-pull helpers' user as `imagerefresh run --pre-pull-user` takes it: UID:GID, UID (the
+image's group for that user) or `platform` (neither: the platform assigns them).
+*/}}
+{{- define "imagerefresh.prePullUser" -}}
+{{- $uid := .Values.prePull.runAsUser -}}
+{{- $gid := .Values.prePull.runAsGroup -}}
+{{- if kindIs "invalid" $uid -}}
+{{- if not (kindIs "invalid" $gid) -}}
+{{- fail "prePull.runAsGroup needs prePull.runAsUser: with no user (null) the platform assigns both" -}}
+{{- end -}}
+platform
+{{- else if kindIs "invalid" $gid -}}
+{{- int64 $uid -}}
+{{- else -}}
+{{- printf "%d:%d" (int64 $uid) (int64 $gid) -}}
+{{- end -}}
 {{- end -}}
 
 {{/* Fails on combinations the chart cannot run safely. */}}

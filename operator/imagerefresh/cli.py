@@ -54,6 +54,7 @@ from imagerefresh.migration import MigrationRefused
 from imagerefresh.models import parse_duration
 from imagerefresh.offline import KUBELET_IMAGE_CAP
 from imagerefresh.planner import NamespacePolicy, Plan
+from imagerefresh.planner.helperpod import DEFAULT_RUN_AS, RunAs
 from imagerefresh.planner.windows import WINDOW_OVERRIDE_ANNOTATION
 from imagerefresh.ratelimit import RateLimitLedger
 from imagerefresh.reference import InvalidReference, parse
@@ -68,7 +69,7 @@ from imagerefresh.runtime.migrate import Migrator
 from imagerefresh.runtime.reads import RESET_ANNOTATION, PolicyUnreadable
 from imagerefresh.runtime.render import render_findings, render_plan
 from imagerefresh.runtime.ticker import PolicyTicker
-from imagerefresh.verifier import SignatureVerifier
+from imagerefresh.verifier import SignatureVerifier, VerificationPool
 
 __all__ = ["main"]
 
@@ -263,6 +264,13 @@ def cluster_options(command: F) -> F:
     )(command)
 
 
+def _run_as(value: str) -> RunAs:
+    try:
+        return RunAs.parse(value)
+    except ValueError as error:
+        raise click.BadParameter(str(error)) from error
+
+
 def _namespaced(_ctx: click.Context, _param: click.Parameter, value: str) -> tuple[str, str]:
     namespace, sep, name = value.partition("/")
     if not sep or not namespace or not name or "/" in name:
@@ -341,6 +349,12 @@ def main(ctx: click.Context, log_level: str, log_format: LogFormat) -> None:
     """
     ctx.meta[_LOGGING] = (log_level, log_format)
     configure_logging(log_level, log_format)
+
+
+def kubectl_plugin() -> None:
+    """``kubectl imagerefresh …``: kubectl runs ``kubectl-imagerefresh`` from $PATH with the
+    rest of the command line (its plugin mechanism); the commands are ``imagerefresh``'s."""
+    main(prog_name="kubectl imagerefresh")
 
 
 def _load_credentials(docker_config: Path | None, domain: str) -> Credentials | None:
@@ -449,7 +463,9 @@ def _runtime_parts(
         observer=metrics.registry_request,
     )
     resolver = SharedResolver(client, window=config.resolution_window)
-    verifier = SignatureVerifier(client, observer=metrics.signature_lookup)
+    verifier = SignatureVerifier(
+        client, observer=metrics.signature_lookup, pool=VerificationPool(observer=metrics)
+    )
     events = EventRecorder(api, on_dropped=metrics.events_dropped.inc)
     return PolicyTicker(
         api=api,
@@ -543,6 +559,19 @@ def _runtime_parts(
     "prePull.maxDeadlineSeconds, the limit its admission policy enforces.",
 )
 @click.option(
+    "--pre-pull-user",
+    "pre_pull_run_as",
+    default=str(DEFAULT_RUN_AS),
+    show_default=True,
+    metavar="UID[:GID]|platform",
+    callback=lambda _ctx, _param, value: _run_as(value),
+    help="The numeric user (and group) pre-pull helper pods run as, never root. `platform`: "
+    "they name none, and the platform assigns one (OpenShift's restricted-v2 gives each "
+    "namespace its own range and refuses any other user); elsewhere they then run as the "
+    "pulled image's own user, which must be numeric and non-root. The chart sets it from "
+    "prePull.runAsUser and prePull.runAsGroup.",
+)
+@click.option(
     "--watch-evidence/--no-watch-evidence",
     default=True,
     show_default=True,
@@ -627,6 +656,7 @@ def run(
     node_list_lifetime: float,
     pre_pull_pods: bool,
     pre_pull_max_deadline: int,
+    pre_pull_run_as: RunAs,
     watch_evidence: bool,
     leader_elect: bool,
     leader_election_namespace: str | None,
@@ -674,6 +704,7 @@ def run(
         node_list_lifetime=node_list_lifetime,
         pre_pull_pods=pre_pull_pods,
         pre_pull_max_deadline=pre_pull_max_deadline,
+        pre_pull_run_as=pre_pull_run_as,
         watch_evidence=watch_evidence,
         planning_delay=planning_delay,
     )

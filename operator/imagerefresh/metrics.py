@@ -140,8 +140,22 @@ class Metrics:
         )
         self.signature_lookups = Counter(
             "imagerefresh_signature_lookups",
-            "Signature verifications that read the registry, by verdict",
+            "Signature lookups by outcome: verified, untrusted or unreadable (they read the "
+            "registry), deferred (held by the pull budget's reserve), queued (the policy's "
+            "lookups for the tick were used up)",
             ["registry", "outcome"],
+            registry=r,
+        )
+        self.signature_checks = Histogram(
+            "imagerefresh_signature_check_cpu_seconds",
+            "CPU time of each signature check on the verification threads (one candidate of "
+            "one digest, the .sig tag's layers or one referrer's bundle, under the listed keys)",
+            buckets=(0.001, 0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+            registry=r,
+        )
+        self.signature_checks_running = Gauge(
+            "imagerefresh_signature_checks_in_progress",
+            "Signature checks running on the verification threads now",
             registry=r,
         )
         self.tick_duration = Histogram(
@@ -195,6 +209,13 @@ class Metrics:
             ["namespace", "policy"],
             registry=r,
         )
+        self.write_refusals = Counter(
+            "imagerefresh_write_refusals",
+            "Writes (image patches, pre-pull pods) the write guard refused to send: a bug in "
+            "imagerefresh, or a status edited by hand",
+            ["namespace", "policy"],
+            registry=r,
+        )
         self.crd_outdated = Gauge(
             "imagerefresh_crd_outdated",
             "1 while the installed CRD lacks fields the operator uses (or its schema cannot be "
@@ -233,6 +254,7 @@ class Metrics:
             self.last_tick,
             self.condition,
             self.status_writes,
+            self.write_refusals,
         )
 
     @property
@@ -267,8 +289,20 @@ class Metrics:
         self.registry_requests.labels(registry, str(kind), outcome).inc()
 
     def signature_lookup(self, registry: str, outcome: str) -> None:
-        """One verification that read the registry: ``verified``, ``untrusted``, ``unreadable``."""
+        """One lookup's outcome: ``verified``, ``untrusted``, ``unreadable``, ``deferred`` or
+        ``queued``."""
         self.signature_lookups.labels(registry, outcome).inc()
+
+    def verification_started(self) -> None:
+        """A signature check starts on a verification thread (called on that thread)."""
+        self.signature_checks_running.inc()
+
+    def verification_finished(self, cpu_seconds: float) -> None:
+        """It ended, after ``cpu_seconds`` of its thread's CPU (called on that thread). The
+        check is counted before it stops being in progress: a reader that sees the count
+        unchanged and a check in progress on both sides of something saw one check span it."""
+        self.signature_checks.observe(cpu_seconds)
+        self.signature_checks_running.dec()
 
     def record_status(
         self, namespace: str, policy: str, spec: PolicySpec, status: PolicyStatus

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from imagerefresh.kube.api import KubeApi
-from imagerefresh.kube.pods import AlreadyExists, HelperPodApi
+from imagerefresh.kube.pods import AlreadyExists, HelperPodApi, HelperRefused
 from imagerefresh.models import WorkloadKind
 from imagerefresh.planner import TargetKey
 from imagerefresh.planner.actions import HelperPodCreate, HelperPodDelete
@@ -33,6 +33,7 @@ from imagerefresh.reference import parse
 
 from support.accounts import service_account_kubeconfig
 from support.cluster_env import Cluster, eventually
+from support.guarded import unguarded_pod
 from support.helm_env import CHART, CRD_FROM_THE_TESTS, KWOK_SCHEDULING, helm
 
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("crd_installed")]
@@ -244,14 +245,14 @@ def test_the_operator_s_own_helper_passes_its_guard_and_the_fence_and_is_deleted
     key = TargetKey(WorkloadKind.DAEMONSET, fenced.namespace, "agent")
     repositories = frozenset(parse(image).repository for image in images)
     pods = HelperPodApi(KubeApi.from_environment(str(fenced.kubeconfig)))
-    pods.create(HelperPodCreate(key, NODE, manifest, repositories))
+    pods.create(unguarded_pod(HelperPodCreate(key, NODE, manifest, repositories)))
     (found,) = [
         p
         for p in pods.list(fenced.namespace)
         if p["metadata"]["name"] == manifest["metadata"]["name"]
     ]
     with pytest.raises(AlreadyExists):  # a second create is the same pod, never another
-        pods.create(HelperPodCreate(key, NODE, manifest, repositories))
+        pods.create(unguarded_pod(HelperPodCreate(key, NODE, manifest, repositories)))
     name, uid = found["metadata"]["name"], found["metadata"]["uid"]
     pods.delete(HelperPodDelete(key, fenced.namespace, name, "not-its-uid"))  # not ours: kept
     assert fenced.cluster.get("pod", name, "-n", fenced.namespace)["metadata"]["uid"] == uid
@@ -406,8 +407,93 @@ BAD_SHAPES: dict[str, tuple[Mutation, str]] = {
     "service-links": (_set("spec.enableServiceLinks", True), "enableServiceLinks false"),
     "a-sysctl": (
         _set("spec.securityContext.sysctls", [{"name": "kernel.shm_rmid_forced", "value": "1"}]),
-        "securityContext is exactly",
+        "securityContext is runAsNonRoot true",
     ),
+    "another-user": (_set("spec.securityContext.runAsUser", 1000), "runAsUser 65534"),
+    "another-group": (_set("spec.securityContext.runAsGroup", 1000), "runAsGroup 65534"),
+    "no-user": (_drop("spec.securityContext.runAsUser"), "runAsUser 65534"),
+    "the-root-group-in-a-container": (
+        _set("spec.containers.0.securityContext.runAsGroup", 0),
+        "runAsGroup 65534, nothing privileged",
+    ),
+    "an-fs-group-of-root": (
+        _set("spec.securityContext.fsGroup", 0),
+        "a non-root fsGroup the platform assigns",
+    ),
+    "supplemental-groups": (
+        _set("spec.securityContext.supplementalGroups", [0]),
+        "securityContext is runAsNonRoot true",
+    ),
+    "an-unconfined-selinux-type": (
+        _set("spec.securityContext.seLinuxOptions", {"type": "spc_t"}),
+        "seLinuxOptions carry a level at most",
+    ),
+    "an-selinux-user": (
+        _set("spec.securityContext.seLinuxOptions", {"user": "system_u", "level": "s0"}),
+        "seLinuxOptions carry a level at most",
+    ),
+    # What the helper never sets: its nodeName places it, its containers' resources size it.
+    "a-system-priority-class": (
+        _set("spec.priorityClassName", "system-node-critical"),
+        "has no priorityClassName",
+    ),
+    "a-node-selector": (
+        _set("spec.nodeSelector", {"kubernetes.io/hostname": NODE}),
+        "no nodeSelector, affinity",
+    ),
+    "a-node-affinity": (
+        _set(
+            "spec.affinity",
+            {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {
+                                "matchFields": [
+                                    {"key": "metadata.name", "operator": "In", "values": [NODE]}
+                                ]
+                            }
+                        ]
+                    }
+                }
+            },
+        ),
+        "no nodeSelector, affinity",
+    ),
+    "a-topology-spread": (
+        _set(
+            "spec.topologySpreadConstraints",
+            [
+                {
+                    "maxSkew": 1,
+                    "topologyKey": "kubernetes.io/hostname",
+                    "whenUnsatisfiable": "ScheduleAnyway",
+                }
+            ],
+        ),
+        "no nodeSelector, affinity",
+    ),
+    "pod-level-resources": (
+        _set("spec.resources", {"limits": {"cpu": "100m", "memory": "64Mi"}}),
+        "no pod-level resources",
+    ),
+    "host-users": (_set("spec.hostUsers", True), "does not set hostUsers"),
+    "a-dns-config": (
+        _set("spec.dnsConfig", {"options": [{"name": "ndots", "value": "1"}]}),
+        "no dnsConfig",
+    ),
+    "another-dns-policy": (_set("spec.dnsPolicy", "Default"), "no dnsConfig"),
+    "host-aliases": (
+        _set("spec.hostAliases", [{"ip": "127.0.0.2", "hostnames": ["registry"]}]),
+        "no dnsConfig",
+    ),
+    "a-hostname-override": (
+        # (The API server's validation refuses one beside hostNetwork.)
+        lambda pod: pod["spec"].update(hostNetwork=False, hostnameOverride="node-agent"),
+        "no dnsConfig",
+    ),
+    "a-working-dir": (_set("spec.containers.0.workingDir", "/"), "no workingDir, stdin or tty"),
+    "a-tty": (_set("spec.containers.0.tty", True), "no workingDir, stdin or tty"),
     "a-container-as-root": (
         _set("spec.containers.0.securityContext.runAsUser", 0),
         "nothing privileged or added",
@@ -433,6 +519,90 @@ def test_pre_pull_fence_refuses_every_other_shape_with_its_message(
     assert "ValidatingAdmissionPolicy" in refused.stderr, refused.stderr
     assert FENCE in refused.stderr, refused.stderr
     assert expected in refused.stderr, refused.stderr
+
+
+def test_pre_pull_fence_admits_what_a_platform_adds_a_non_root_fs_group_and_an_selinux_level(
+    fenced: Fenced,
+) -> None:
+    """OpenShift's security context constraints add an fsGroup and an SELinux level (the
+    namespace's) to every pod; the fence admits those and nothing more (see BAD_SHAPES)."""
+    pod = fenced.helper()
+    pod["spec"]["securityContext"].update(
+        fsGroup=1_000_650_000, seLinuxOptions={"level": "s0:c26,c5"}
+    )
+    created = fenced.create_as_operator(pod)
+    assert created.returncode == 0, created.stderr
+    fenced.as_operator("delete", "pod", pod["metadata"]["name"], "-n", fenced.namespace)
+
+
+def test_a_clusters_default_priority_class_is_refused_until_named_then_admitted_alone(
+    fenced: Fenced,
+) -> None:
+    """A globalDefault PriorityClass is put on every pod that names none — the operator's
+    helper too, after it left the operator. The fence refuses it, and the operator's adapter
+    says which value admits it; with prePull.defaultPriorityClassName that one class is
+    admitted, and still no other."""
+    cluster, ns = fenced.cluster, fenced.namespace
+    name = f"imagerefresh-test-default-{secrets.token_hex(3)}"
+    cluster.apply(
+        {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": name},
+            "value": 1000,
+            "globalDefault": True,
+        }
+    )
+    pods = HelperPodApi(KubeApi.from_environment(str(fenced.kubeconfig)))
+    workload = cluster.get("daemonset", "agent", "-n", ns)
+    placement = Placement.from_api(workload)
+    assert placement is not None
+    manifest = helper_manifest(ns, placement, NODE, [IMAGE], timedelta(minutes=10))
+    key = TargetKey(WorkloadKind.DAEMONSET, ns, "agent")
+    create = HelperPodCreate(key, NODE, manifest, frozenset({parse(IMAGE).repository}))
+    try:
+        with pytest.raises(HelperRefused) as refused:
+            pods.create(unguarded_pod(create))
+        said = str(refused.value)
+        assert "the chart's pre-pull admission policy" in said, said
+        assert f"{ns}-{FULLNAME}-pre-pull" in said, said
+        assert "prePull.defaultPriorityClassName" in said, said
+        upgraded = helm(
+            "upgrade", RELEASE, str(CHART), "--namespace", ns, "--reuse-values",
+            "--set", f"prePull.defaultPriorityClassName={name}",
+            env=cluster.env,
+        )  # fmt: skip
+        assert upgraded.returncode == 0, upgraded.stderr
+        eventually(
+            lambda: _admitted(pods, create),
+            timeout=30,
+            what="the helper admitted with the cluster's default class named",
+        )
+        stored = cluster.get("pod", manifest["metadata"]["name"], "-n", ns)["spec"]
+        assert (stored["priorityClassName"], stored["priority"]) == (name, 1000)
+        other = fenced.helper()
+        other["spec"]["priorityClassName"] = "system-node-critical"
+        still = fenced.create_as_operator(other)
+        assert still.returncode != 0
+        assert f"has no priorityClassName other than the cluster's default, {name}" in (
+            still.stderr
+        ), still.stderr
+    finally:
+        cluster.kubectl("delete", "priorityclass", name, "--ignore-not-found")
+        cluster.kubectl("delete", "pod", manifest["metadata"]["name"], "-n", ns,
+                        "--ignore-not-found", "--wait=false")  # fmt: skip
+        helm(
+            "upgrade", RELEASE, str(CHART), "--namespace", ns, "--reuse-values",
+            "--set", "prePull.defaultPriorityClassName=", env=cluster.env,
+        )  # fmt: skip
+
+
+def _admitted(pods: HelperPodApi, create: HelperPodCreate) -> bool | None:
+    try:
+        pods.create(unguarded_pod(create))
+    except HelperRefused:
+        return None  # the binding's new rule may take a moment to reach the API server
+    return True
 
 
 def test_pre_pull_fence_refuses_a_runtime_class(fenced: Fenced) -> None:

@@ -332,9 +332,11 @@ def test_defaults_render_one_hardened_guaranteed_operator_watching_the_release_n
     assert deployment["spec"]["replicas"] == 1
     pod = deployment["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == only(objects, "ServiceAccount")["metadata"]["name"]
-    assert pod["securityContext"]["runAsNonRoot"] is True
-    assert pod["securityContext"]["runAsUser"] == 65532
-    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    # No fixed user, group or fsGroup: the image's numeric USER, or the platform's.
+    assert pod["securityContext"] == {
+        "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
     assert pod.get("initContainers", []) == []
     c = operator_container(objects)
     assert c["image"] == "docker.io/tracebloc/imagerefresh:0.1.0"
@@ -354,9 +356,7 @@ def test_defaults_render_one_hardened_guaranteed_operator_watching_the_release_n
     assert env[LOG_FORMAT_ENV] == "json"
     sc = c["securityContext"]
     assert sc["runAsNonRoot"] is True
-    for key in ("runAsUser", "runAsGroup"):
-        assert isinstance(sc[key], int)
-        assert sc[key] > 0
+    assert not {"runAsUser", "runAsGroup"} & set(sc)
     assert sc["readOnlyRootFilesystem"] is True
     assert sc["allowPrivilegeEscalation"] is False
     assert sc["capabilities"] == {"drop": ["ALL"]}
@@ -365,6 +365,35 @@ def test_defaults_render_one_hardened_guaranteed_operator_watching_the_release_n
     assert ports == {"metrics": 9090, "healthz": 8080}
     for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
         assert c[probe]["httpGet"] == {"path": "/healthz", "port": "healthz"}
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        ({"runAsUser": 1000}, {"runAsUser": 1000}),
+        ({"runAsUser": 1000, "runAsGroup": 2000}, {"runAsUser": 1000, "runAsGroup": 2000}),
+        (
+            {"runAsUser": 1000, "runAsGroup": 2000, "fsGroup": 3000},
+            {"runAsUser": 1000, "runAsGroup": 2000, "fsGroup": 3000},
+        ),
+        ({"fsGroup": 3000}, {"fsGroup": 3000}),
+    ],
+)
+def test_the_operators_user_group_and_fs_group_are_rendered_only_as_the_values_set_them(
+    values: dict[str, int], expected: dict[str, int]
+) -> None:
+    pod = only(render(values), "Deployment")["spec"]["template"]["spec"]
+    assert pod["securityContext"] == {
+        "runAsNonRoot": True,
+        **expected,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+@pytest.mark.parametrize("key", ["runAsUser", "runAsGroup", "fsGroup"])
+@pytest.mark.parametrize("value", [0, -1, "1000", 1.5])
+def test_a_root_or_malformed_operator_user_is_refused_by_the_schema(key: str, value: Any) -> None:
+    assert key in render_error({key: value})
 
 
 def test_host_network_mode_binds_loopback_probes_loopback_and_names_the_api_server() -> None:
@@ -1019,6 +1048,58 @@ def test_pre_pull_fence_follows_the_service_account_and_the_deadline_values() ->
     assert "--pre-pull-max-deadline=120" in operator_container(objects)["args"]
 
 
+def security_rules(objects: list[dict[str, Any]]) -> str:
+    validations = only(objects, "ValidatingAdmissionPolicy")["spec"]["validations"]
+    return "\n".join(v["expression"] for v in validations if "runAsUser" in v["expression"])
+
+
+@pytest.mark.parametrize(
+    ("user", "flag", "rules"),
+    [
+        (
+            {},
+            "65534:65534",
+            [".?runAsUser.orValue(0) == 65534", ".?runAsGroup.orValue(0) == 65534"],
+        ),
+        (
+            {"runAsUser": 1000, "runAsGroup": None},
+            "1000",
+            [".?runAsUser.orValue(0) == 1000", ".?runAsGroup.orValue(-1) == -1"],
+        ),
+        (
+            {"runAsUser": None, "runAsGroup": None},
+            "platform",
+            [".?runAsUser.orValue(1) >= 1", ".?runAsGroup.orValue(1) >= 1"],
+        ),
+    ],
+)
+def test_the_helpers_user_reaches_the_operator_and_the_fence_alike(
+    user: dict[str, Any], flag: str, rules: list[str]
+) -> None:
+    """A fixed user is admitted exactly; none (null) admits the non-root user a platform
+    assigns — the operator's flag and the fence's rule come from the same two values."""
+    objects = render({"prePull": {"enabled": True, **user}})
+    assert f"--pre-pull-user={flag}" in operator_container(objects)["args"]
+    for rule in rules:
+        assert rule in security_rules(objects)
+
+
+def test_a_helper_group_without_a_user_is_refused_at_install() -> None:
+    error = render_error({"prePull": {"enabled": True, "runAsUser": None, "runAsGroup": 5}})
+    assert "prePull.runAsGroup needs prePull.runAsUser" in error
+
+
+def test_the_fence_admits_the_clusters_default_priority_class_by_name_only() -> None:
+    def rule(values: dict[str, Any]) -> str:
+        validations = only(render(values), "ValidatingAdmissionPolicy")["spec"]["validations"]
+        (found,) = [v["expression"] for v in validations if "priorityClassName" in v["expression"]]
+        return found
+
+    assert rule({"prePull": {"enabled": True}}).endswith("in ['', '']")
+    named = {"prePull": {"enabled": True, "defaultPriorityClassName": "edge-default"}}
+    assert rule(named).endswith("in ['', 'edge-default']")
+
+
 # -- invariants over every profile ----------------------------------------------------------
 
 
@@ -1317,6 +1398,16 @@ def test_monitoring_is_off_by_default() -> None:
         ({"prePull": {"maxDeadlineSeconds": 59}}, "/prePull/maxDeadlineSeconds"),
         ({"prePull": {"maxDeadlineSeconds": 86401}}, "/prePull/maxDeadlineSeconds"),
         ({"prePull": {"maxDeadlineSeconds": 600.5}}, "/prePull/maxDeadlineSeconds"),
+        ({"prePull": {"runAsUser": 0}}, "/prePull/runAsUser"),
+        ({"prePull": {"runAsGroup": "65534"}}, "/prePull/runAsGroup"),
+        (
+            {"prePull": {"defaultPriorityClassName": "Not A Name"}},
+            "/prePull/defaultPriorityClassName",
+        ),
+        (
+            {"prePull": {"defaultPriorityClassName": "x' || true || '"}},
+            "/prePull/defaultPriorityClassName",
+        ),
         ({"prePull": {"namespaces": ["x"]}}, "additional properties 'namespaces' not allowed"),
         ({"offline": {"readNodes": "yes"}}, "/offline/readNodes"),
         ({"watchEvidence": "false"}, "/watchEvidence"),

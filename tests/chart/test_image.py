@@ -11,6 +11,12 @@ the API server's own, 127.0.0.1, which its serving certificate names. Through a 
 it must pass its startup and liveness endpoints, tick, patch, write status and serve /metrics
 within the chart's memory limit. A second run without --read-only shows with `podman diff`
 that it writes nothing outside what the chart mounts writable.
+
+The namespace enforces Pod Security Admission's `restricted` level, so the chart's own pod
+(scheduled on kwok) and the target's are admitted under it. The chart names no user: podman
+runs the image's own USER, as the kubelet would, and then runs it once more as an arbitrary
+user with group 0 — what OpenShift's restricted-v2 assigns (`--user 1000650000:0`), a user the
+image has never heard of — which must tick too.
 """
 
 from __future__ import annotations
@@ -88,16 +94,19 @@ def pod_settings(
     security = {**pod.get("securityContext", {}), **container["securityContext"]}
     limits = container["resources"]["limits"]
     ports = {p["name"]: int(p["containerPort"]) for p in container["ports"]}
+    # The chart names a user only when the values do; else the image's USER runs, as it would
+    # under the kubelet.
+    user = security.get("runAsUser")
     options = [
         *PODMAN_RUN,
         "--network=host",
-        f"--user={security['runAsUser']}:{security['runAsGroup']}",
+        *([f"--user={user}:{security.get('runAsGroup', 0)}"] if user is not None else []),
         f"--memory={int(quantity(limits['memory']))}",
         f"--memory-swap={int(quantity(limits['memory']))}",  # no swap beyond the limit
         f"--cpus={quantity(limits['cpu'])}",
     ]
     assert security["runAsNonRoot"] is True
-    assert int(security["runAsUser"]) != 0
+    assert int(security.get("runAsUser", 1)) != 0
     if security.get("readOnlyRootFilesystem"):
         options.append("--read-only")
     options += [f"--cap-drop={cap}" for cap in security["capabilities"]["drop"]]
@@ -183,10 +192,21 @@ class Container:
     name: str
     started: float = 0.0
 
-    def run(self, image: str, settings: PodSettings, *, read_only: bool = True) -> None:
+    def run(
+        self, image: str, settings: PodSettings, *, read_only: bool = True, user: str = ""
+    ) -> None:
         options = [o for o in settings.options if read_only or o != "--read-only"]
+        if user:
+            options = [o for o in options if not o.startswith("--user=")] + [f"--user={user}"]
         self.started = time.monotonic()
         podman("run", "--detach", f"--name={self.name}", *options, image, *settings.args)
+
+    def identity(self) -> str:
+        """``uid:gid`` of the container's main process, as the kernel reports it."""
+        status = Path(f"/proc/{self.pid()}/status").read_text()
+        (uid,) = re.findall(r"^Uid:\s+(\d+)", status, re.MULTILINE)
+        (gid,) = re.findall(r"^Gid:\s+(\d+)", status, re.MULTILINE)
+        return f"{uid}:{gid}"
 
     def logs(self) -> str:
         proc = podman("logs", self.name, check=False)
@@ -271,6 +291,25 @@ def target_phase(cluster: Cluster, namespace: str) -> str | None:
     return next((t["phase"] for t in status.get("targets", [])), None)
 
 
+RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted"}
+# What OpenShift's restricted-v2 runs a pod as when it names no user: the first user of the
+# namespace's range (openshift.io/sa.scc.uid-range), with group 0.
+OPENSHIFT_USER = "1000650000:0"
+
+
+def restricted_app(tag: str) -> dict[str, Any]:
+    """The target: a Deployment whose pods `restricted` admits."""
+    app = deployment("app", {"app": tag}, replicas=1)
+    pod = app["spec"]["template"]["spec"]
+    pod["securityContext"] = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+    pod["containers"][0]["securityContext"] = {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "runAsUser": 1000,
+    }
+    return app
+
+
 def test_the_image_runs_the_operator_under_the_charts_pod_settings_through_a_full_refresh(
     cluster: Cluster,
     registry: str,
@@ -280,6 +319,7 @@ def test_the_image_runs_the_operator_under_the_charts_pod_settings_through_a_ful
     containers: list[Container],
     tmp_path: Path,
 ) -> None:
+    cluster.kubectl("label", "namespace", namespace, *(f"{k}={v}" for k, v in RESTRICTED.items()))
     pushed = pusher.push(f"{namespace}/app", "prod", seed="image-run", kind="oci-index")
     tag = f"{registry}/{namespace}/app:prod"
     chart_values = values(registry, namespace, tag)
@@ -295,12 +335,21 @@ def test_the_image_runs_the_operator_under_the_charts_pod_settings_through_a_ful
         tokens = service_account_files(cluster, namespace, ca, tmp_path / "serviceaccount")
         settings = pod_settings(objects, host, port, tokens, pod_id=f"{FULLNAME}-podman")
         assert not any("kubeconfig" in a.lower() for a in settings.args + settings.options)
-        cluster.apply(deployment("app", {"app": tag}, replicas=1), namespace=namespace)
+        # The chart's pod was admitted under `restricted` (helm --wait saw it Ready), as it is.
+        labels = cluster.get("namespace", namespace)["metadata"]["labels"]
+        assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+        (pod,) = cluster.get(
+            "pods", "-n", namespace, "-l", f"app.kubernetes.io/instance={RELEASE}"
+        )["items"]
+        assert "runAsUser" not in pod["spec"]["securityContext"]
+        assert not any("--user=" in o for o in settings.options)
+        cluster.apply(restricted_app(tag), namespace=namespace)
 
         run = Container(f"imagerefresh-test-{secrets.token_hex(3)}")
         containers.append(run)
         run.run(operator_image, settings)
         startup = run.wait_healthy(settings.liveness_port, settings.startup_budget)
+        assert run.identity() == "65532:65532"  # the image's USER
         operator = Operator(cluster, registry, settings.metrics_port, tmp_path / "unused.log")
         operator.wait_first_tick(namespace, POLICY, timeout=60)
 
@@ -346,6 +395,18 @@ def test_the_image_runs_the_operator_under_the_charts_pod_settings_through_a_ful
         print(f"podman diff beyond podman's own mount points: {sorted(written)}")
         stray = {p for p in written if not any(p.startswith(w) for w in settings.writable)}
         assert not stray, f"written outside the chart's writable mounts: {sorted(stray)}"
+
+        # As a user the image does not know, with group 0 (OpenShift's restricted-v2), it ticks.
+        writer.remove()
+        arbitrary = Container(f"imagerefresh-openshift-{secrets.token_hex(3)}")
+        containers.append(arbitrary)
+        arbitrary.run(operator_image, settings, user=OPENSHIFT_USER)
+        arbitrary.wait_healthy(settings.liveness_port, settings.startup_budget)
+        assert arbitrary.identity() == OPENSHIFT_USER
+        operator.tick(namespace, POLICY, timeout=60)  # a whole tick of this process
+        assert target_phase(cluster, namespace) == "Current"
+        log = arbitrary.logs()
+        assert not re.search(r"forbidden|permission denied|read-only|KeyError", log, re.I), log
     finally:
         # kopf's finalizer is on the policy: delete it while an operator still runs.
         cluster.kubectl("delete", "irp", "--all", "-n", namespace, "--timeout=30s", check=False)

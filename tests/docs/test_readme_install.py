@@ -21,6 +21,7 @@ import re
 import ssl
 import subprocess
 import sys
+import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -196,12 +197,29 @@ def can_i(cluster: Cluster, *args: str) -> bool:
     return asked.stdout.strip() == "yes"
 
 
-def check_installed(cluster: Cluster, registry: str, certificate: Path) -> None:
+def pinned_digest(dist: Path) -> str:
+    """The image index's digest, which the release's chart pins."""
+    with tarfile.open(dist / release.artifact_names(VERSION)["chart"]) as chart:
+        values = chart.extractfile("imagerefresh/values.yaml")
+        assert values is not None
+        (digest,) = re.findall(r'^  digest: "(sha256:[0-9a-f]{64})"$', values.read().decode(), re.M)
+    return digest
+
+
+def check_installed(cluster: Cluster, registry: str, certificate: Path, digest: str) -> None:
     assert manifest_exists(registry, f"{PREFIX}/imagerefresh", certificate)
     assert manifest_exists(registry, f"{PREFIX}/charts/imagerefresh", certificate)
     deployment = cluster.get("deployment", "imagerefresh", "-n", "tracebloc")
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
-    assert container["image"] == f"{registry}/{PREFIX}/imagerefresh:{VERSION}"
+    # The chart's pinned index digest, which the copy kept: the registry answers it.
+    assert container["image"] == f"{registry}/{PREFIX}/imagerefresh@{digest}"
+    head = httpx.head(
+        f"https://{registry}/v2/{PREFIX}/imagerefresh/manifests/{digest}",
+        headers={"Accept": "application/vnd.oci.image.index.v1+json"},
+        verify=ssl.create_default_context(cafile=certificate),
+    )
+    assert head.status_code == 200
+    assert head.headers["docker-content-digest"] == digest
     pods = cluster.get("pods", "-n", "tracebloc", "-l", "app.kubernetes.io/instance=imagerefresh")
     assert [p["spec"]["nodeName"] for p in pods["items"]] == [NODE]
     # The values took: the node-agents pair and the one pull secret, as the API server authorizes.
@@ -259,7 +277,9 @@ def cleanup(cluster: Cluster, env: dict[str, str], registry: str, tagged_before:
 
 
 @pytest.mark.cluster
-@pytest.mark.timeout(1500)  # a release (~330 MiB saved), its load and push, a wheel's install
+@pytest.mark.timeout(
+    1500
+)  # a release (two platforms, ~900 MiB written), its push, a wheel's install
 @pytest.mark.usefixtures("crd_installed", "operator_image")
 def test_the_readmes_blocks_publish_install_and_use_a_release_as_written(
     cluster: Cluster, tls_registry: tuple[str, Path], tmp_path: Path
@@ -281,7 +301,7 @@ def test_the_readmes_blocks_publish_install_and_use_a_release_as_written(
         for block in (publish, install):
             done = run(block, tmp_path, env)
             assert done.returncode == 0, f"{block}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-        check_installed(cluster, registry, certificate)
+        check_installed(cluster, registry, certificate, pinned_digest(tmp_path / "dist"))
         listed = run(apply_policy, tmp_path, env)
         assert listed.returncode == 0, listed.stderr
         check_policy_listed(listed.stdout)

@@ -233,3 +233,43 @@ def test_a_policy_deleted_mid_pull_takes_its_helper_pods_with_it(
         cluster.kubectl("delete", "irp", "control-plane", "-n", ns)
         no_helpers_left(cluster, ns)  # no tick of the policy is left to delete them
     assert agent_image(cluster, ns) == f"{reg}/{ns}/agent@{old.digest}"
+
+
+def test_a_helper_with_the_platforms_user_fails_loudly_on_an_image_that_runs_as_root(
+    crd_installed: Cluster,
+    registry: str,
+    tmp_path: Path,
+    cluster: Cluster,
+    real_node: RealNode,
+    pusher: ImagePusher,
+    policy_namespace: str,
+) -> None:
+    """Why helpers have a user of their own by default: one that names none (--pre-pull-user
+    platform, for OpenShift) runs as the image's USER, and the kubelet — after pulling — refuses
+    runAsNonRoot for an image that runs as root, before it creates the container, so no imageID
+    proves the pull. The pre-pull fails at once with the kubelet's words and what to set, rather
+    than waiting out its deadline; the DaemonSet is not touched and no helper is left."""
+    ns = policy_namespace
+    old = pusher.push(f"{ns}/agent", "prod", seed=f"{ns}-root-old", entrypoint=SLEEP)
+    pusher.push(f"{ns}/agent", "prod", seed=f"{ns}-root-new", entrypoint=SLEEP)
+    args = ("--pre-pull-pods", "--pre-pull-user", "platform")
+    with running_operator(crd_installed, registry, tmp_path / "op.log", extra_args=args) as op:
+        reg = op.registry
+        before = f"{reg}/{ns}/agent@{old.digest}"
+        running_agent(cluster, real_node, ns, before)
+        track(cluster, ns, reg)
+        op.tick(ns, "control-plane")
+
+        def held() -> dict[str, Any] | None:
+            found = target_status(cluster, ns, "agent")
+            return found if found["phase"] == "Waiting" and found.get("prePull") else None
+
+        found = eventually(held, timeout=120, what="the pre-pull failing", interval=1)
+        failure = found["prePull"]["failure"]
+        assert failure["node"] == real_node.name
+        assert failure["reason"].startswith("CreateContainerConfigError"), failure
+        assert "runAsNonRoot and image will run as root" in failure["reason"], failure
+        assert "prePull.runAsUser" in failure["reason"], failure
+        assert "PrePullFailed" in event_reasons(cluster, ns, "agent", "PrePullFailed")
+        assert agent_image(cluster, ns) == before
+        no_helpers_left(cluster, ns)

@@ -31,6 +31,7 @@ from imagerefresh.planner.evidence import ObservedPod, TargetKey, Workload
 from imagerefresh.reference import parse
 
 from support.cluster_env import Cluster, eventually
+from support.guarded import unguarded
 
 TIMEOUT = 30.0
 
@@ -419,7 +420,7 @@ def test_a_guarded_patch_changes_exactly_the_images_and_the_controller_rolls_out
         ),
     )
 
-    patched = api.patch_images(patch)
+    patched = api.patch_images(unguarded(patch))
 
     wanted = {
         "setup": f"docker.io/library/busybox@{digest}",
@@ -453,7 +454,9 @@ def test_patch_images_reaches_daemonsets_and_statefulsets(
     obj = api.read_workload(kind, namespace, "agent")
     assert obj is not None
     live = Workload.from_api(obj)
-    api.patch_images(ImagePatch(live.key, PatchPurpose.ROLLBACK, (change(live, "app", "nginx:2"),)))
+    api.patch_images(
+        unguarded(ImagePatch(live.key, PatchPurpose.ROLLBACK, (change(live, "app", "nginx:2"),)))
+    )
     assert template_images(cluster.get(kind.lower(), "agent", "-n", namespace)) == {
         "app": "nginx:2"
     }
@@ -474,7 +477,7 @@ def test_a_stale_patch_raises_precondition_failed_and_leaves_the_object_as_kubec
 
     with pytest.raises(PreconditionFailed, match="changed since it was read") as raised:
         api.patch_images(
-            ImagePatch(live.key, PatchPurpose.REFRESH, (change(live, "app", "nginx:9"),))
+            unguarded(ImagePatch(live.key, PatchPurpose.REFRESH, (change(live, "app", "nginx:9"),)))
         )
 
     assert raised.value.status == 422
@@ -512,7 +515,7 @@ def test_test_ops_guard_init_containers_and_container_names_too(
     )
     for changes in (stale_init, moved):
         with pytest.raises(PreconditionFailed):
-            api.patch_images(ImagePatch(live.key, PatchPurpose.REFRESH, changes))
+            api.patch_images(unguarded(ImagePatch(live.key, PatchPurpose.REFRESH, changes)))
 
     now = cluster.get("deployment", "web", "-n", namespace, "--show-managed-fields")
     assert template_images(now) == {"setup": "busybox:2", "app": "nginx:1", "sidecar": "redis:7"}
@@ -533,7 +536,7 @@ def test_a_forbidden_patch_names_the_verb_and_resource_to_grant(
 
     with pytest.raises(Forbidden) as raised:
         outsider.patch_images(
-            ImagePatch(live.key, PatchPurpose.REFRESH, (change(live, "app", "nginx:2"),))
+            unguarded(ImagePatch(live.key, PatchPurpose.REFRESH, (change(live, "app", "nginx:2"),)))
         )
 
     message = str(raised.value)

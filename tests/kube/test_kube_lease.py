@@ -21,6 +21,7 @@ from imagerefresh.reference import parse
 
 from support.accounts import service_account_kubeconfig
 from support.cluster_env import Cluster
+from support.guarded import unguarded
 from support.helm_env import only, render
 
 pytestmark = pytest.mark.cluster
@@ -107,7 +108,7 @@ def test_a_closed_write_gate_refuses_every_write_before_it_is_sent_but_not_reads
 
     holding[0] = False
     with pytest.raises(NotLeader, match="does not hold the leader-election Lease"):
-        api.patch_images(patch)
+        api.patch_images(unguarded(patch))
     policy = api.read_policy(namespace, "control-plane")
     assert policy is not None
     with pytest.raises(NotLeader):  # a status write, first try or retry after a 409, alike
@@ -132,7 +133,7 @@ def test_a_closed_write_gate_refuses_every_write_before_it_is_sent_but_not_reads
     assert "images.tracebloc.io/reset" not in stored_policy["metadata"].get("annotations", {})
 
     holding[0] = True  # the same calls go through while the gate allows them
-    api.patch_images(patch)
+    api.patch_images(unguarded(patch))
     stored = cluster.get("deployment", "web", "-n", namespace)
     assert stored["spec"]["template"]["spec"]["containers"][0]["image"] == "nginx:2"
 

@@ -7,6 +7,7 @@ leaves the copy unsynced (a reader gets nothing to decide on) until a new LIST s
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
@@ -16,7 +17,7 @@ import pytest
 
 from imagerefresh.kube.api import KubeApi
 from imagerefresh.kube.errors import Forbidden
-from imagerefresh.kube.watch import Collection
+from imagerefresh.kube.watch import SILENT_AFTER, Collection
 
 from support.accounts import service_account_kubeconfig
 from support.cluster_env import Cluster, eventually, wait_until_versions_expire
@@ -285,3 +286,127 @@ def _refused_after_cut(collection: Collection[Any]) -> bool:
         collection.cut()
         time.sleep(0.3)
     return isinstance(collection.refused, Forbidden)
+
+
+class _Clock:
+    """A clock that moves only when the test moves it (silence is never slept through)."""
+
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_stream_silent_past_the_threshold_unsyncs_the_copy_and_is_listed_again(
+    cluster: Cluster, policy_namespace: str
+) -> None:
+    ns = policy_namespace
+    cluster.apply(_deployment("app", "example.test/app:1"), namespace=ns)
+    api = KubeApi.from_environment(cluster.kubeconfig)
+    clock = _Clock()
+    told: list[tuple[str, str]] = []
+    collection = _collection(api, ns, clock=clock, changed=lambda n, v: told.append((n, v)))
+    collection.start()
+    try:
+        eventually(lambda: collection.synced, what="the first list", timeout=30)
+        collection.hold()  # nothing arrives from here: no event, no bookmark
+        cluster.kubectl("set", "image", "-n", ns, "deployment/app", "app=example.test/app:2")
+        clock.now += SILENT_AFTER  # silent exactly as long as allowed: still synced
+        assert collection.synced
+        assert _image_in_copy(collection, "app") == "example.test/app:1"
+        clock.now += 0.5  # past it: dead, whatever the socket says
+        assert collection.snapshot() is None
+        assert collection.get("app") == (False, None)
+        assert collection.version_of("app") is None
+        # whoever follows it is told: its version is unknown now (read it directly)
+        eventually(lambda: ("app", "") in told or None, what="the listener told", timeout=30)
+        collection.release()
+        eventually(lambda: collection.lists == 2, what="a new list after the silence", timeout=30)
+        eventually(
+            lambda: _image_in_copy(collection, "app") == "example.test/app:2",
+            what="the change made while it was silent, from the new list",
+            timeout=30,
+        )
+    finally:
+        collection.stop()
+
+
+def test_a_healthy_idle_stream_is_kept_alive_by_the_api_server_s_bookmarks(
+    cluster: Cluster, policy_namespace: str
+) -> None:
+    """kube-apiserver sends a bookmark 2 s before a stream's own timeout (and about every
+    minute): a 4 s stream shows it without waiting a minute. Each one moves ``heard``."""
+    ns = policy_namespace
+    api = KubeApi.from_environment(cluster.kubeconfig)
+    clock = _Clock()
+    collection = _collection(api, ns, clock=clock, watch_seconds=4).start()
+    try:
+        eventually(lambda: collection.synced, what="the first list", timeout=30)
+        lists = collection.lists
+        marks: list[float] = []
+        original = collection._apply
+
+        def apply(event: dict[str, Any], version: str, what: str) -> str:
+            if event.get("type") == "BOOKMARK":
+                marks.append(clock.now)
+            return original(event, version, what)
+
+        collection._apply = apply  # type: ignore[method-assign]
+        clock.now += 60
+        eventually(lambda: marks or None, what="a bookmark on the idle stream", timeout=30)
+        assert collection.heard() == clock.now
+        assert collection.synced
+        assert collection.lists == lists  # streams ended on time are resumed, never relisted
+    finally:
+        collection.stop()
+
+
+def test_a_copy_past_its_byte_cap_is_given_up_for_direct_reads_not_listed_again(
+    cluster: Cluster, policy_namespace: str
+) -> None:
+    ns = policy_namespace
+    cluster.apply(*(_deployment(f"app-{i}", "example.test/app:1") for i in range(2)), namespace=ns)
+    api = KubeApi.from_environment(cluster.kubeconfig)
+
+    def size(obj: dict[str, Any]) -> int:
+        return len(json.dumps(obj))
+
+    one = size(api.read_workload("Deployment", ns, "app-0") or {})
+    cap = one * 5 // 2  # two objects fit, not three
+    collection = _collection(api, ns, size=size, max_bytes=cap).start()
+    try:
+        eventually(lambda: collection.synced, what="the first list", timeout=30)
+        assert collection.kept_bytes > one
+        cluster.apply(_deployment("app-2", "example.test/app:1"), namespace=ns)
+        eventually(lambda: collection.refused, what="the copy given up", timeout=30)
+        assert f"more than {cap} bytes" in str(collection.refused)
+        assert collection.snapshot() is None
+        assert collection.kept_bytes == 0  # what it held is let go
+        lists = collection.lists
+        time.sleep(1.5)  # what must NOT happen: a relist loop (the backoff starts at 0.5 s)
+        assert collection.lists == lists
+        listed = _collection(api, ns, size=size, max_bytes=cap).start()  # three, from its LIST
+        assert listed.wait_first_list(30)
+        assert f"more than {cap} bytes" in str(listed.refused)
+        assert listed.snapshot() is None
+    finally:
+        collection.stop()
+        if "listed" in locals():
+            listed.stop()
+
+
+def test_a_copy_asked_to_keep_more_is_unsynced_at_once_and_listed_again(
+    cluster: Cluster, policy_namespace: str
+) -> None:
+    ns = policy_namespace
+    cluster.apply(_deployment("app", "example.test/app:1"), namespace=ns)
+    api = KubeApi.from_environment(cluster.kubeconfig)
+    collection = _collection(api, ns).start()
+    try:
+        eventually(lambda: collection.synced, what="the first list", timeout=30)
+        collection.list_again("a test")
+        assert collection.snapshot() is None
+        eventually(lambda: collection.lists == 2 and collection.synced, what="relisted", timeout=30)
+    finally:
+        collection.stop()

@@ -15,7 +15,12 @@ import pytest
 
 from imagerefresh.models import FailedBuild, Phase, PolicyStatus, SeenDigest, TargetStatus
 from imagerefresh.planner import Plan, revise_target
-from imagerefresh.planner.evidence import Resolved, SignaturesUnreadable, TargetEvidence
+from imagerefresh.planner.evidence import (
+    Resolved,
+    SignaturesUnreadable,
+    SignaturesWaiting,
+    TargetEvidence,
+)
 from imagerefresh.signatures import Failure, Untrusted, Verified
 
 from support.signing import TestKey
@@ -162,6 +167,53 @@ def test_signatures_that_could_not_be_read_for_the_digest_hold_it_as_unreadable_
     assert tick.target("jobs-manager").phase is Phase.ERROR
     assert tick.condition("Degraded").status == "True"
     assert "SignaturesUnreadable" in reasons(plan)
+
+
+def test_a_verification_queued_for_the_next_tick_holds_the_digest_without_blame() -> None:
+    tick = Tick(spec(target("jobs-manager", api=JM), **VERIFY))
+    queued = SignaturesWaiting(D2, "the policy looks up at most 16 digests' signatures a tick")
+    plan = one(tick, jobs(D1), digests={"api": D2}, signatures={"api": queued})
+    assert plan.patches == ()
+    assert not plan.degraded  # nothing was unreadable
+    assert not plan.rate_limited
+    status = tick.target("jobs-manager")
+    assert status.phase is Phase.WAITING
+    message = f"api: signature verification of {short(D2)} queued: {queued.message}"
+    assert f"held: {message}" in status.message
+    assert [(e.type, e.message) for e in plan.events if e.reason == "VerificationQueued"] == [
+        ("Normal", message)
+    ]
+    # It lasts: no new event, and the next tick's verdict pins it.
+    again = one(tick, jobs(D1), digests={"api": D2}, signatures={"api": queued})
+    assert "VerificationQueued" not in reasons(again)
+    pinned = one(tick, jobs(D1), digests={"api": D2}, signatures={"api": verified(D2)})
+    assert patched(pinned) == {"api": f"{JM_REPO}@{D2}"}
+
+
+def test_a_lookup_held_by_the_pull_budget_s_reserve_defers_the_target_without_blame() -> None:
+    tick = Tick(spec(target("jobs-manager", api=JM), **VERIFY))
+    held = SignaturesWaiting(D2, "registry.example has 2 pulls left; 2 stay reserved", budget=True)
+    plan = one(tick, jobs(D1), digests={"api": D2}, signatures={"api": held})
+    assert plan.patches == ()
+    assert not plan.degraded
+    assert plan.rate_limited
+    assert tick.condition("RateLimited").status == "True"
+    status = tick.target("jobs-manager")
+    assert status.phase is Phase.DEFERRED
+    message = f"api: the signatures of {short(D2)} are not looked up: {held.message}"
+    assert f"held: {message}" in status.message
+    assert ("Normal", "VerificationDeferred", message) in [
+        (e.type, e.reason, e.message) for e in plan.events
+    ]
+
+
+def test_a_waiting_verdict_about_another_digest_is_no_verdict_about_this_one() -> None:
+    tick = Tick(spec(target("jobs-manager", api=JM), **VERIFY))
+    plan = one(
+        tick, jobs(D1), digests={"api": D2}, signatures={"api": SignaturesWaiting(D3, "queued")}
+    )
+    assert tick.target("jobs-manager").phase is Phase.ERROR
+    assert plan.degraded
 
 
 def test_a_held_container_stays_while_the_others_refresh_and_the_worst_phase_wins() -> None:

@@ -144,26 +144,31 @@ def test_each_helper_is_the_guarded_shape_with_the_workload_s_secrets_and_tolera
         assert manifest["spec"]["containers"][0]["command"] == ["/imagerefresh-pre-pull"]
 
 
-def test_the_pre_pull_s_pulls_are_charged_once_on_its_first_helper_and_never_again() -> None:
+def test_each_helper_is_charged_the_pull_it_causes_as_it_is_created_and_never_again() -> None:
     tick = pre_pulling()
     first = run(tick, [])
-    assert first.pod_creates[0].pulls == (((HUB, "anonymous"), 3),)
-    assert all(c.pulls == () for c in first.pod_creates[1:])
-    # n3's helper vanished (evicted, deleted by hand): it is created again, charging nothing.
+    assert [c.pulls for c in first.pod_creates] == [(((HUB, "anonymous"), 1),)] * 3
+    # Carried on with its helpers there, it creates and charges nothing.
+    carried = run(tick, [helper(n) for n in NODES])
+    assert carried.pod_creates == ()
+    # n3's helper vanished (evicted, deleted by hand): created again, it pulls again, charged.
     again = run(tick, [helper("n1"), helper("n2")])
     assert [c.node for c in again.pod_creates] == ["n3"]
-    assert again.pod_creates[0].pulls == ()
+    assert again.pod_creates[0].pulls == (((HUB, "anonymous"), 1),)
     assert again.pod_deletes == ()
 
 
-def test_a_restarted_operator_resumes_from_the_intent_in_status_and_charges_nothing() -> None:
+def test_a_restarted_operator_charges_the_helpers_it_creates_never_trusting_the_intent() -> None:
+    """The intent in status is anyone's to write: it never stands for pulls already paid."""
     first = pre_pulling()
     run(first, [])
     successor = pre_pulling()
     successor.status, successor.now = first.status, first.now
+    found = run(successor, [helper(n) for n in NODES])
+    assert found.pod_creates == ()
+    successor.status = first.status
     plan = run(successor, [])
-    assert len(plan.pod_creates) == 3
-    assert all(c.pulls == () for c in plan.pod_creates)
+    assert [c.pulls for c in plan.pod_creates] == [(((HUB, "anonymous"), 1),)] * 3
     assert [e for e in plan.events if e.reason == "PrePulling"] == []
 
 
@@ -230,7 +235,7 @@ def test_a_failed_pre_pull_starts_afresh_after_a_reset_or_for_a_new_digest() -> 
     tick.reset = "once"
     again = run(tick, [])
     assert len(again.pod_creates) == 3
-    assert again.pod_creates[0].pulls == (((HUB, "anonymous"), 3),)
+    assert [c.pulls for c in again.pod_creates] == [(((HUB, "anonymous"), 1),)] * 3
     other = pre_pulling()
     run(other, [])
     run(other, [helper("n1", waiting="ImagePullBackOff")])
@@ -257,7 +262,7 @@ def test_nodes_already_holding_the_digest_need_no_helper() -> None:
     )
     plan = run(tick, [])
     assert [c.node for c in plan.pod_creates] == ["n2", "n3"]
-    assert plan.pod_creates[0].pulls == (((HUB, "anonymous"), 2),)
+    assert [c.pulls for c in plan.pod_creates] == [(((HUB, "anonymous"), 1),)] * 2
 
 
 def test_a_workload_already_running_the_digest_everywhere_refreshes_without_a_pre_pull() -> None:
@@ -271,7 +276,7 @@ def test_a_workload_already_running_the_digest_everywhere_refreshes_without_a_pr
     plan = run(tick, [])
     assert plan.pod_creates == ()
     (patch,) = plan.patches
-    assert patch.pulls  # no pre-pull charged it: the patch's own accounting stands
+    assert patch.pulls == ()  # every node is proven to hold it: the pods pull nothing
 
 
 def test_not_ready_and_cordoned_nodes_are_skipped_and_named() -> None:

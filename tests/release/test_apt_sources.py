@@ -154,7 +154,7 @@ def test_the_script_prints_this_machines_mirrors_as_mmdebstrap_takes_them() -> N
 
 def test_build_image_takes_its_mirrors_from_the_script_and_keys_the_base_on_them() -> None:
     script = (REPO / "e2e" / "build-image").read_text()
-    assert 'aptsources.py" "$IMAGE_BASE_SUITE"' in script
+    assert 'aptsources.py" "${check[@]}" "$IMAGE_BASE_SUITE"' in script
     assert '"${args[@]}" "${mirrors[@]}" | sha256sum' in script
     versions = (REPO / "e2e" / "versions.env").read_text()
     assert "MIRROR=" not in versions

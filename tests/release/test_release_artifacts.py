@@ -1,9 +1,10 @@
 """What `make release` puts in dist/, step by step, without a cluster: the packaged chart is
-this version's, carries the CRD and defaults to the released image; the wheel is the CLI of
-this version; SHA256SUMS is what ``sha256sum -c`` checks; its cosign signature verifies with
-the public key (cosign's and openssl's) and fails on changed sums; the version lives in one
-place and the release refuses a chart that says otherwise. The whole run with the image, a
-push and an install from the registry is tests/release/test_release_install.py."""
+this version's, carries the CRD and defaults to the released image, pinned to its index digest
+(and runs the tag when told to); the wheel is the CLI of this version, with the kubectl plugin;
+SHA256SUMS is what ``sha256sum -c`` checks; its cosign signature verifies with the public key
+(cosign's and openssl's) and fails on changed sums; the version lives in one place and the
+release refuses a chart that says otherwise. The whole run with both platforms' images, a push
+and an install from the registry is tests/release/test_release_install.py."""
 
 from __future__ import annotations
 
@@ -33,10 +34,13 @@ CRD_NAME = "imagerefreshpolicies.images.tracebloc.io"
 APACHE_2_0 = "cfc7749b96f63bd31c3c42b5c471bf756814053e847c10f3eb003417bc523d30"
 
 
+INDEX = "sha256:" + "1d" * 32
+
+
 def test_the_packaged_chart_is_this_version_carries_the_crd_and_defaults_to_the_release_image(
     tmp_path: Path,
 ) -> None:
-    archive = release.package_chart(helm_binary(), VERSION, tmp_path)
+    archive = release.package_chart(helm_binary(), VERSION, tmp_path, INDEX)
     assert archive.name == f"imagerefresh-{VERSION}.tgz"
     with tarfile.open(archive) as tar:
         member = tar.extractfile("imagerefresh/Chart.yaml")
@@ -52,7 +56,51 @@ def test_the_packaged_chart_is_this_version_carries_the_crd_and_defaults_to_the_
     (crd,) = of_kind(objects, "CustomResourceDefinition")
     assert crd["metadata"]["name"] == CRD_NAME
     assert only(objects, "Deployment")
-    assert operator_container(objects)["image"] == f"{release.IMAGE_REPOSITORY}:{VERSION}"
+    assert operator_container(objects)["image"] == f"{release.IMAGE_REPOSITORY}@{INDEX}"
+    # Overridable: another registry's copy (the same digest), or the tag.
+    for values, image in (
+        ({"image": {"repository": "registry.example/p/imagerefresh"}},
+         f"registry.example/p/imagerefresh@{INDEX}"),
+        ({"image": {"digest": ""}}, f"{release.IMAGE_REPOSITORY}:{VERSION}"),
+    ):  # fmt: skip
+        again = helm(
+            "template", "r", str(archive), "--namespace", "tracebloc", "--kube-version",
+            KUBE_VERSION, values=values,
+        )  # fmt: skip
+        assert again.returncode == 0, again.stderr
+        assert operator_container(again.objects)["image"] == image
+    # The checkout's chart is untouched: it runs the tag.
+    assert 'digest: ""' in (REPO / "chart" / "values.yaml").read_text()
+
+
+def test_pinning_a_digest_rewrites_the_one_image_digest_line_and_refuses_anything_else(
+    tmp_path: Path,
+) -> None:
+    values = tmp_path / "values.yaml"
+    original = (REPO / "chart" / "values.yaml").read_text()
+    values.write_text(original)
+    release.pin_digest(values, INDEX)
+    changed = [
+        (a, b)
+        for a, b in zip(original.splitlines(), values.read_text().splitlines(), strict=True)
+        if a != b
+    ]
+    assert changed == [('  digest: ""', f'  digest: "{INDEX}"')]
+    with pytest.raises(ReleaseError, match="not a sha256 digest"):
+        release.pin_digest(values, "latest")
+    values.write_text("image:\n  repository: x\n")
+    with pytest.raises(ReleaseError, match="no `digest"):
+        release.pin_digest(values, INDEX)
+
+
+def test_the_release_names_both_platforms_archives_and_the_index() -> None:
+    assert release.artifact_names("1.2.3") == {
+        "chart": "imagerefresh-1.2.3.tgz",
+        "index": "imagerefresh-image-1.2.3.oci.tar",
+        "image-amd64": "imagerefresh-image-1.2.3-linux-amd64.tar",
+        "image-arm64": "imagerefresh-image-1.2.3-linux-arm64.tar",
+        "wheel": "imagerefresh-1.2.3-py3-none-any.whl",
+    }
 
 
 def test_the_release_names_its_image_as_the_charts_default_repository() -> None:
@@ -74,6 +122,7 @@ def test_the_wheel_is_the_cli_of_this_version_with_its_license_and_no_tests(
     assert f"Version: {VERSION}\n" in metadata
     assert "License-Expression: Apache-2.0\n" in metadata
     assert "imagerefresh = imagerefresh.cli:main" in entry_points
+    assert "kubectl-imagerefresh = imagerefresh.cli:kubectl_plugin" in entry_points
     assert "imagerefresh/cli.py" in names
     # Exactly the package's sources: nothing a stale build directory still holds.
     sources = {

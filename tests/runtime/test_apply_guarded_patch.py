@@ -8,7 +8,7 @@ import pytest
 
 from imagerefresh.kube.api import KubeApi
 from imagerefresh.metrics import Metrics
-from imagerefresh.planner import plan_tick
+from imagerefresh.planner import permits, plan_tick
 from imagerefresh.ratelimit import RateLimitLedger
 from imagerefresh.registry import RegistryClient
 from imagerefresh.resolver import SharedResolver
@@ -51,7 +51,7 @@ async def test_a_concurrent_edit_between_read_and_patch_is_refused_and_retried_n
     cluster.kubectl("set", "image", "-n", ns, "deployment/app", f"app={hotfix}")
 
     events = EventRecorder(api)
-    applied = await apply_plan(plan, policy, gathered, api, now, events)
+    applied = await apply_plan(plan, policy, gathered, api, now, events, permits(gathered.tick))
     assert applied.conflicted == list(plan.patches)
     assert applied.patched == []
     assert applied.refused == []  # a concurrent edit is not a refusal

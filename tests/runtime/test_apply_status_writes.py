@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 import pytest
 
 from imagerefresh.kube.api import KubeApi
-from imagerefresh.planner import plan_tick
+from imagerefresh.planner import permits, plan_tick
 from imagerefresh.ratelimit import RateLimitLedger
 from imagerefresh.registry import RegistryClient
 from imagerefresh.resolver import SharedResolver
@@ -50,7 +50,7 @@ async def _plan_then(cluster: Cluster, registry: str, ns: str, meanwhile: list[s
         assert len(plan.patches) == 1
         cluster.kubectl(*meanwhile)
         events = EventRecorder(api)
-        applied = await apply_plan(plan, policy, gathered, api, now, events)
+        applied = await apply_plan(plan, policy, gathered, api, now, events, permits(gathered.tick))
         events.wait_idle(30)
         return applied
 

@@ -18,7 +18,7 @@ import pytest
 
 from imagerefresh.kube.api import KubeApi
 from imagerefresh.metrics import Metrics
-from imagerefresh.planner import ImageChange, ImagePatch, PatchPurpose, TargetKey, UnsafePatch
+from imagerefresh.planner import Cleared, ImageChange, ImagePatch, PatchPurpose, TargetKey
 from imagerefresh.ratelimit import RateLimitLedger
 from imagerefresh.registry import RegistryClient
 from imagerefresh.resolver import SharedResolver
@@ -263,9 +263,11 @@ async def test_a_forged_rollback_to_another_repository_is_never_written(
     assert _conditions(cluster, ns)["Degraded"]["status"] == "True"
 
 
-def test_the_send_site_refuses_an_unsafe_patch_whatever_built_it(
+def test_the_send_site_sends_only_what_the_write_guard_cleared(
     crd_installed: Cluster, registry: str, pusher: ImagePusher, policy_namespace: str
 ) -> None:
+    """Whatever built a patch, the adapter sends nothing the guard did not clear, and no code
+    but the guard can clear one."""
     cluster, ns = crd_installed, policy_namespace
     tag = _app_on_its_tag(cluster, registry, pusher, ns, "send-site")
     api = KubeApi.from_environment(cluster.kubeconfig)
@@ -282,8 +284,10 @@ def test_the_send_site_refuses_an_unsafe_patch_whatever_built_it(
             ),
         ),
     )
-    with pytest.raises(UnsafePatch, match="not the tracked repository"):
-        api.patch_images(evil)
+    with pytest.raises(TypeError, match="only a patch the write guard cleared is sent"):
+        api.patch_images(evil)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="only the write guard clears a write"):
+        Cleared(evil, object())
     assert _image(cluster, ns) == tag
 
 

@@ -12,6 +12,7 @@ that merely carries the label never touched.
 from __future__ import annotations
 
 import dataclasses
+import json
 import secrets
 from collections.abc import Iterator
 from typing import Any
@@ -187,3 +188,90 @@ async def test_helper_pods_are_read_only_for_targets_that_pre_pull_or_recorded_a
         '{"spec": {"prePull": true}}',
     )
     assert await pod_lists() == 2  # and one LIST of the namespace's helper pods
+
+
+def test_a_namespace_whose_pod_security_level_refuses_the_helper_holds_the_switch_and_says_why(
+    pre_puller: Operator, cluster: Cluster, pusher: ImagePusher, policy_namespace: str
+) -> None:
+    """A DaemonSet on the host's network, whose namespace moved to Pod Security Admission's
+    `baseline` level after its pods started: its pods keep running, but a helper pod — which
+    runs on the host's network as the workload's do — is refused. The refresh holds
+    (PrePullFailed) naming the admission, the level and what to do; the DaemonSet is not
+    touched and no helper pod exists."""
+    ns, reg = policy_namespace, pre_puller.registry
+    old = pusher.push(f"{ns}/agent", "prod", seed=f"pre-psa-{secrets.token_hex(3)}")
+    running = f"{reg}/{ns}/agent@{old.digest}"
+    template = kwok_pod_template({"agent": running}, None, {"app": "agents"})
+    template["spec"]["hostNetwork"] = True
+    cluster.apply(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": {"name": "agents"},
+            "spec": {"selector": {"matchLabels": {"app": "agents"}}, "template": template},
+        },
+        namespace=ns,
+    )
+    cluster.kubectl("rollout", "status", "-n", ns, "daemonset/agents", "--timeout=90s")
+    before = cluster.get("daemonset", "agents", "-n", ns)
+    pods_before = {p["metadata"]["uid"] for p in cluster.get("pods", "-n", ns)["items"]}
+    assert pods_before
+    labelled = cluster.kubectl(
+        "label", "namespace", ns, "pod-security.kubernetes.io/enforce=baseline"
+    )
+    assert "host namespaces" in labelled.stderr  # the API server warns of the running pods
+    probe = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "probe"},
+        "spec": {**template["spec"], "nodeName": "kwok-node-0"},
+    }
+
+    def enforced() -> bool | None:
+        # (Admission reads namespaces from its cache: the new label may take a moment.)
+        dry = cluster.kubectl(
+            "create", "--dry-run=server", "-n", ns, "-f", "-", input=json.dumps(probe),
+            check=False,
+        )  # fmt: skip
+        return "violates PodSecurity" in dry.stderr or None
+
+    eventually(enforced, timeout=30, what="the baseline level enforced")
+    pusher.push(f"{ns}/agent", "prod", seed=f"pre-psa-new-{secrets.token_hex(3)}")
+    cluster.apply(
+        policy(
+            "control-plane",
+            target("agents", "DaemonSet", agent=f"{reg}/{ns}/agent:prod"),
+            prePull=True,
+        ),
+        namespace=ns,
+    )
+    pre_puller.tick(ns, "control-plane")
+
+    def held() -> dict[str, Any] | None:
+        found = target_status(cluster, ns, "agents")
+        return found if found.get("phase") == "Waiting" else None
+
+    found = eventually(held, timeout=60, what="the refresh held", interval=1)
+    message = found["message"]
+    print(f"the target's message: {message}")
+    for said in (
+        "Pod Security Admission refused the helper pod",
+        f"namespace {ns} enforces the 'baseline' level",
+        "hostNetwork",
+        "Label the namespace pod-security.kubernetes.io/enforce=privileged",
+        "prePull: false",
+        f"imagerefresh reset {ns}/control-plane",
+    ):
+        assert said in message, message
+    assert found["prePull"]["failure"]["reason"].startswith("Pod Security Admission refused")
+    assert "PrePullFailed" in event_reasons(cluster, ns, "agents", "PrePullFailed")
+    pre_puller.tick(ns, "control-plane")  # and on the next tick: held, not retried
+    after = cluster.get("daemonset", "agents", "-n", ns)
+    assert after["metadata"]["generation"] == before["metadata"]["generation"]
+    assert template_image(cluster, ns) == running
+    assert helper_pods(cluster, ns) == []
+    assert {p["metadata"]["uid"] for p in cluster.get("pods", "-n", ns)["items"]} == pods_before
+    assert not [
+        w for w in writes(cluster, ns) if w[:2] in {("create", "pods"), ("patch", "daemonsets")}
+    ]
+    assert target_status(cluster, ns, "agents")["phase"] == "Waiting"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,14 +21,15 @@ from typing import Any
 import pytest
 
 from imagerefresh.kube.api import KubeApi
+from imagerefresh.kube.watch import SILENT_AFTER, Collection
 from imagerefresh.metrics import Metrics
 from imagerefresh.models import WorkloadKind
-from imagerefresh.planner import TargetKey
+from imagerefresh.planner import ObservedPod, TargetKey, Workload
 from imagerefresh.ratelimit import RateLimitLedger
 from imagerefresh.registry import RegistryClient
 from imagerefresh.resolver import SharedResolver
 from imagerefresh.runtime.config import OperatorConfig
-from imagerefresh.runtime.scheduler import Scheduler
+from imagerefresh.runtime.scheduler import DEFAULT_FOLLOW_PERIOD, Scheduler
 from imagerefresh.runtime.ticker import PolicyTicker
 
 from support.accounts import service_account_kubeconfig
@@ -35,7 +37,14 @@ from support.cluster_env import Cluster, eventually, wait_until_versions_expire
 from support.counting import CountingKubeApi
 from support.operator_env import deployment_with_policy
 from support.registry_env import ImagePusher
-from support.scenario import images, target_status
+from support.scenario import (
+    event_reasons,
+    images,
+    policy,
+    running_good_digest_with_bad_next,
+    target,
+    target_status,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -292,10 +301,13 @@ NEVER_POLLED = 86_400.0
 
 
 @contextlib.asynccontextmanager
-async def _scheduling(ticker: PolicyTicker, ns: str) -> AsyncIterator[_Gated]:
-    """The operator's scheduler over ``ticker``, with one policy on a 15-minute interval, and
-    no poll of rollouts within the test."""
-    scheduler = _Gated(ticker, phase=0.0, follow_period=NEVER_POLLED)
+async def _scheduling(
+    ticker: PolicyTicker, ns: str, *, polled: bool = True
+) -> AsyncIterator[_Gated]:
+    """The operator's scheduler over ``ticker``, with one policy on a 15-minute interval;
+    ``polled=False``: no poll of rollouts within the test."""
+    period = DEFAULT_FOLLOW_PERIOD if polled else NEVER_POLLED
+    scheduler = _Gated(ticker, phase=0.0, follow_period=period)
     uid = f"{ns}/{POLICY}"
     scheduler.observe(uid, ns, POLICY, 900.0, {"spec": 1})
     task = asyncio.create_task(scheduler.run())
@@ -334,7 +346,7 @@ async def test_a_watch_broken_mid_rollout_still_yields_the_verdict_decided_on_th
         )
     with _ticker(api, registry) as ticker:
         await _schema_ready(ticker)
-        async with _scheduling(ticker, ns) as scheduler:
+        async with _scheduling(ticker, ns, polled=False) as scheduler:
             await asyncio.to_thread(
                 eventually, lambda: phase() == "Current", what="the first pin", timeout=60
             )
@@ -383,3 +395,230 @@ async def test_a_watch_broken_mid_rollout_still_yields_the_verdict_decided_on_th
             # Decided on the copy: no tick read the workload or its pods, nothing was polled.
             assert _workload_reads(api, ns) == reads
             assert scheduler.polled == 0
+
+
+# --- read your own writes, and silence ------------------------------------------------------
+
+SELECTOR = {"matchLabels": {"app": "app"}}
+
+
+async def _copies_synced(ticker: PolicyTicker, key: TargetKey) -> Collection[Any]:
+    """Start the copies of ``key``'s workload and its namespace's pods (as a tick would) and
+    wait until both are synced; the workload's copy."""
+    watches = ticker.watches
+    assert watches is not None
+    watches.workload(key)
+    watches.pods(key.namespace, SELECTOR)
+    await asyncio.to_thread(
+        eventually,
+        lambda: watches.workload(key)[0] and watches.pods(key.namespace, SELECTOR) is not None,
+        what="the copies",
+        timeout=30,
+    )
+    copy = watches.covering(key)
+    assert copy is not None
+    return copy
+
+
+def _freeze_silence(ticker: PolicyTicker, offset: list[float]) -> None:
+    """The copies measure silence on a clock that stands still but for ``offset``, which the
+    test moves: however long the machine takes, a stream falls silent only when told to."""
+    assert ticker.watches is not None
+    frozen = time.monotonic()
+    ticker.watches.clock = lambda: frozen + offset[0]
+
+
+def _hold_once_it_holds(copy: Collection[Any], image: str) -> None:
+    """Hold ``copy`` right after it applies the first event whose workload names ``image``:
+    the stream stalls after our patch's first event (no event, no bookmark after it)."""
+    told = copy.changed
+
+    def changed(name: str, version: str) -> None:
+        _, kept = copy.get(name)
+        if kept is not None and image in kept.raw.decode():
+            copy.hold()
+        if told is not None:
+            told(name, version)
+
+    copy.changed = changed
+
+
+def _rolled_out_cleanly(cluster: Cluster, ns: str, digest: str) -> bool:
+    found = target_status(cluster, ns, "app")
+    return found.get("phase") == "Current" and _pinned(cluster, ns, digest)
+
+
+async def test_a_copy_held_behind_our_own_patch_still_rolls_a_failing_build_back_and_bars_it(
+    crd_installed: Cluster, registry: str, pusher: ImagePusher, policy_namespace: str
+) -> None:
+    """The copy never sees our patch. Read from it, our landed patch would look reverted (a
+    contested attempt, the refresh dropped, the failing build never rolled back nor barred);
+    the operator remembers the generation its patch produced and reads the workload directly
+    until the copy has it."""
+    cluster, ns = crd_installed, policy_namespace
+    bad, good = running_good_digest_with_bad_next(
+        cluster, pusher, ns, registry, "held", progressDeadlineSeconds=2
+    )
+    api = KubeApi.from_environment(cluster.kubeconfig)
+    key = TargetKey(WorkloadKind.DEPLOYMENT, ns, "app")
+    with _ticker(api, registry) as ticker:
+        _freeze_silence(ticker, [0.0])  # never silent: the copy only lags
+        await _schema_ready(ticker)
+        copy = await _copies_synced(ticker, key)
+        copy.hold()  # from here on the copy lags: our patches never reach it
+        pusher.push(f"{ns}/app", "prod", seed="held-bad")  # the tag → the failing build
+        cluster.apply(
+            policy("control-plane", target("app", app=f"{registry}/{ns}/app:prod")), namespace=ns
+        )
+        async with _scheduling(ticker, ns):
+            reasons = await asyncio.to_thread(
+                event_reasons, cluster, ns, "app", "RefreshFailed", "RolledBack", timeout=120
+            )
+        assert "Contested" not in reasons
+        assert images(cluster, ns, "app") == {"app": good}
+        found = target_status(cluster, ns, "app")
+        assert [f["digest"] for f in found["failed"]] == [bad]
+        assert (found["refreshAttempts"], found.get("contested", 0)) == (1, 0)
+        synced, kept = copy.get("app")
+        assert synced  # the copy claimed to be synced throughout ...
+        assert kept is not None
+        assert good in kept.raw.decode()  # ... on the workload before our patch
+        assert copy.lists == 1
+        copy.release()
+
+
+@pytest.mark.parametrize("silence", ["past 90 s", "within a short deadline"])
+async def test_a_stream_silent_mid_rollout_still_yields_the_verdict_and_bars_nothing(
+    crd_installed: Cluster,
+    registry: str,
+    pusher: ImagePusher,
+    policy_namespace: str,
+    silence: str,
+) -> None:
+    """The workload's stream delivers our patch's first event, then nothing: no event, no
+    bookmark. Read from the copy, the healthy rollout would make no progress and be rolled back,
+    its good build barred. Past 90 s of silence the copy is unsynced and the workload read
+    directly (the clock the copies measure silence on is moved, never slept through); within a
+    deadline shorter than that, the deadline's verdict reads the workload directly."""
+    cluster, ns = crd_installed, policy_namespace
+    old = pusher.push(f"{ns}/app", "prod", seed="silent-old")
+    pinned = f"{registry}/{ns}/app@{old.digest}"
+    deployment_with_policy(cluster, ns, pinned, tracked=f"{registry}/{ns}/app:prod")
+    if silence == "within a short deadline":
+        cluster.kubectl(
+            "patch", "irp", POLICY, "-n", ns, "--type=merge", "-p",
+            '{"spec": {"rolloutTimeout": "30s"}}',
+        )  # fmt: skip
+    api = KubeApi.from_environment(cluster.kubeconfig)
+    key = TargetKey(WorkloadKind.DEPLOYMENT, ns, "app")
+    offset = [0.0]
+    with _ticker(api, registry) as ticker:
+        _freeze_silence(ticker, offset)
+        await _schema_ready(ticker)
+        async with _scheduling(ticker, ns) as scheduler:
+            await asyncio.to_thread(
+                eventually,
+                lambda: target_status(cluster, ns, "app").get("phase") == "Current",
+                what="the first tick",
+                timeout=60,
+            )
+            copy = await _copies_synced(ticker, key)
+            new = pusher.push(f"{ns}/app", "prod", seed="silent-new")
+            _hold_once_it_holds(copy, new.digest)
+            scheduler.observe(
+                f"{ns}/{POLICY}", ns, POLICY, 900.0, {"spec": 1, "refresh_now": "pushed"}
+            )
+            await asyncio.to_thread(
+                eventually, lambda: _pinned(cluster, ns, new.digest), what="the patch", timeout=60
+            )
+            await asyncio.to_thread(
+                cluster.kubectl, "rollout", "status", "-n", ns, "deployment/app", "--timeout=60s"
+            )
+            assert copy.synced  # the copy still claims to be synced ...
+            assert copy.lists == 1
+            if silence == "past 90 s":
+                assert target_status(cluster, ns, "app")["phase"] == "Refreshing"  # ... stale
+                offset[0] += SILENT_AFTER + 1
+            await asyncio.to_thread(
+                eventually,
+                lambda: _rolled_out_cleanly(cluster, ns, new.digest),
+                what="the verdict on the rollout the copy never saw",
+                timeout=90,
+            )
+        found = target_status(cluster, ns, "app")
+        assert found.get("failed", []) == []
+        assert found["refreshAttempts"] == 0
+        assert "RefreshFailed" not in event_reasons(cluster, ns, "app", "Refreshed")
+        copy.release()
+        if silence == "past 90 s":  # the silent stream was given up and listed again
+            await asyncio.to_thread(
+                eventually, lambda: copy.lists > 1 and copy.synced, what="a new list", timeout=30
+            )
+
+
+async def test_the_copies_decide_as_the_live_objects_do_and_keep_only_labels_selectors_read(
+    crd_installed: Cluster, registry: str, pusher: ImagePusher, policy_namespace: str
+) -> None:
+    """What the API server really returns — managedFields of several managers, the
+    controller's status, kwok's pod statuses — parsed whole and from the copies agrees; the
+    pods' copy keeps the labels a selector reads and, asked for another, lists again to keep it."""
+    cluster, ns = crd_installed, policy_namespace
+    pushed = pusher.push(f"{ns}/app", "prod", seed="live")
+    deployment_with_policy(cluster, ns, f"{registry}/{ns}/app:prod")
+    cluster.kubectl(
+        "set", "image", "-n", ns, "deployment/app", f"app={registry}/{ns}/app@{pushed.digest}"
+    )  # fmt: skip
+    cluster.kubectl("rollout", "status", "-n", ns, "deployment/app", "--timeout=60s")
+    await asyncio.to_thread(
+        eventually,
+        lambda: len(cluster.get("pods", "-n", ns, "-l", "app=app")["items"]) == 1,
+        what="the old pod gone",
+        timeout=60,
+    )
+    cluster.kubectl("label", "pods", "-n", ns, "-l", "app=app", "tier=a", "noise=n")
+    api = KubeApi.from_environment(cluster.kubeconfig)
+    key = TargetKey(WorkloadKind.DEPLOYMENT, ns, "app")
+    with _ticker(api, registry) as ticker:
+        watches = ticker.watches
+        assert watches is not None
+        await _copies_synced(ticker, key)
+        live = api.read_workload("Deployment", ns, "app")
+        assert live is not None
+        assert {e["manager"] for e in live["metadata"]["managedFields"]} >= {"kubectl-set"}
+
+        def copied() -> dict[str, Any] | None:
+            _, found = watches.workload(key)
+            stored = cluster.get("deployment", "app", "-n", ns)["metadata"]["resourceVersion"]
+            return found if found and found["metadata"]["resourceVersion"] == stored else None
+
+        kept = await asyncio.to_thread(eventually, copied, what="the copy caught up", timeout=30)
+        live = api.read_workload("Deployment", ns, "app")
+        assert Workload.from_api(kept) == Workload.from_api(live)  # type: ignore[arg-type]
+        assert Workload.from_api(kept).image_managers == {"app": "kubectl-set"}
+        assert kept["spec"]["selector"] == live["spec"]["selector"]  # type: ignore[index]
+
+        def by_name(pods: Any) -> list[ObservedPod]:
+            return sorted(pods, key=lambda pod: pod.name)
+
+        listed = by_name(ObservedPod.from_api(p) for p in api.list_pods(ns, SELECTOR))
+        watched = watches.pods(ns, SELECTOR)
+        assert watched is not None
+        assert by_name(p.pod for p in watched) == listed
+        assert all(set(p.labels) == {"app"} for p in watched)  # tier, noise, hash: not read
+
+        copy = watches._pods[ns]
+        lists = copy.lists
+        tiered = {"matchLabels": {"app": "app"}, "matchExpressions": [
+            {"key": "tier", "operator": "In", "values": ["a"]}
+        ]}  # fmt: skip
+        assert watches.pods(ns, tiered) is None  # tier is not kept yet: read directly
+        await asyncio.to_thread(
+            eventually,
+            lambda: copy.lists > lists and watches.pods(ns, tiered),
+            what="the copy listed again, keeping tier",
+            timeout=30,
+        )
+        again = watches.pods(ns, tiered)
+        assert again is not None
+        assert by_name(p.pod for p in again) == listed
+        assert all(set(p.labels) == {"app", "tier"} for p in again)

@@ -12,7 +12,10 @@ registry and adds what Docker Hub does around it:
 * manifest responses carry ``ratelimit-limit`` / ``ratelimit-remaining`` (``N;w=SECONDS``) and
   ``docker-ratelimit-source`` (the client's address, or an opaque id of the user — Docker Hub
   sends a user id, never the name); only manifest GETs lower the remaining count (HEADs are free);
-* at zero remaining, manifest requests get Docker Hub's JSON 429 with ``Retry-After``.
+* at zero remaining, manifest requests get Docker Hub's JSON 429 with ``Retry-After``;
+* a repository listed in ``private`` answers manifest requests of any other identity 404
+  ``NAME_UNKNOWN`` — as registries that hide private repositories from those who may not read
+  them do (GitHub's, GitLab's): to such an identity a signed digest looks unsigned.
 
 It records every request it served, so tests assert what the registry actually received.
 Switches reproduce failures a real registry shows: an omitted or malformed digest header,
@@ -72,6 +75,8 @@ class HubFront:
     delay_seconds: float = 0.0
     fail_status: int | None = None
     single_scope_tokens: bool = False
+    # repository path → the identities that may read it; everyone else is answered 404.
+    private: dict[str, frozenset[str]] = field(default_factory=dict)
 
     served: list[ServedRequest] = field(default_factory=list)
     in_flight: int = 0
@@ -234,6 +239,10 @@ class HubFront:
             await asyncio.sleep(self.delay_seconds)
         if self.fail_status is not None:
             return self._record(request, kind, identity, web.Response(status=self.fail_status))
+        repository = tail.split("/manifests/")[0] if is_manifest else ""
+        if is_manifest and identity not in self.private.get(repository, frozenset([identity])):
+            hidden = {"errors": [{"code": "NAME_UNKNOWN", "message": "repository name not known"}]}
+            return self._record(request, kind, identity, web.json_response(hidden, status=404))
         if is_manifest and self.limit is not None and self.remaining_for(identity) <= 0:
             body = {
                 "errors": [

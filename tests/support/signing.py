@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +37,8 @@ from imagerefresh.signatures import (
     signature_layers,
 )
 
+from support.registry_env import ImagePusher
+
 __all__ = [
     "COSIGN_TYPE",
     "IN_TOTO_PAYLOAD",
@@ -48,8 +51,10 @@ __all__ = [
     "cosign_import_key",
     "cosign_sign",
     "cosign_verifies",
+    "key_hint",
     "legacy",
     "payload",
+    "push_signatures",
     "read_evidence",
     "statement",
 ]
@@ -184,14 +189,20 @@ def statement(
     return json.dumps(document).encode()
 
 
+def key_hint(fingerprint: str) -> str:
+    """The key hint cosign writes into a bundle: the base64 of the key's DER's sha256."""
+    return base64.b64encode(bytes.fromhex(fingerprint.removeprefix("sha256:"))).decode()
+
+
 def bundle_document(
     body: bytes, signatures: list[bytes], *, payload_type: str = IN_TOTO_PAYLOAD,
-    media_type: str = BUNDLE_MEDIA_TYPE,
+    media_type: str = BUNDLE_MEDIA_TYPE, hint: object = "not used",
 ) -> bytes:  # fmt: skip
-    """A v0.3 bundle with a DSSE envelope of ``body`` and these signatures."""
+    """A v0.3 bundle with a DSSE envelope of ``body`` and these signatures; ``hint`` is its
+    ``verificationMaterial.publicKey.hint`` (cosign's: :func:`key_hint`)."""
     document = {
         "mediaType": media_type,
-        "verificationMaterial": {"publicKey": {"hint": "not used"}},
+        "verificationMaterial": {"publicKey": {"hint": hint}},
         "dsseEnvelope": {
             "payload": base64.b64encode(body).decode(),
             "payloadType": payload_type,
@@ -349,3 +360,31 @@ def copy_manifest(host: str, source: str, reference: str, target: str, tag: str)
             f"/{target}/manifests/{tag}", content=answer.content,
             headers={"Content-Type": answer.headers["content-type"]},
         ).raise_for_status()  # fmt: skip
+
+
+def push_signatures(
+    pusher: ImagePusher, path: str, digest: str, *, legacy: LegacyEvidence | None = None,
+    bundles: Sequence[BundleEvidence] = (),
+) -> None:  # fmt: skip
+    """Store hand-made evidence for ``digest`` where cosign stores it on a registry without
+    the referrers API: ``legacy`` under the ``.sig`` tag (its manifest byte for byte, its
+    payloads as blobs); each of ``bundles`` as a manifest by digest, with its bundle blob,
+    listed in an index under the fallback tag ``sha256-<hex>``."""
+    pusher.put_blob(path, b"{}")  # the empty config every manifest here names
+    if legacy is not None:
+        for body in legacy.payloads.values():
+            pusher.put_blob(path, body)
+        media_type = json.loads(legacy.manifest)["mediaType"]
+        pusher.put_manifest(path, legacy_tag(digest), media_type, legacy.manifest)
+    if not bundles:
+        return
+    entries = []
+    for evidence in bundles:
+        if evidence.bundle is not None:
+            pusher.put_blob(path, evidence.bundle)
+        referrer = pusher.put_manifest(path, _digest(evidence.manifest), OCI_MANIFEST,
+                                       evidence.manifest)  # fmt: skip
+        entries.append({"mediaType": OCI_MANIFEST, "artifactType": BUNDLE_MEDIA_TYPE,
+                        "digest": referrer, "size": len(evidence.manifest)})  # fmt: skip
+    index = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": entries}
+    pusher.put_manifest(path, fallback_tag(digest), OCI_INDEX, _compact(index))

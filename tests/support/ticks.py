@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -116,6 +117,24 @@ class Tick:
         self.nodes: NodeInventory | None = None  # the nodes' image lists, when read
         self.pre_pull_pods = False  # the operator may create pre-pull helper pods
         self.pre_pull_max_deadline = 3_600
+        # Per workload, the templates (container → image) it has had, oldest first: the
+        # previous revision a controller keeps (ReplicaSet, ControllerRevision), which live
+        # evidence of what a rollback may restore is read from.
+        self.revisions: dict[TargetKey, list[dict[str, str]]] = {}
+        self.verified: frozenset[tuple[str, str]] = frozenset()
+
+    def _with_history(self, key: TargetKey, found: TargetEvidence) -> TargetEvidence:
+        """``found`` with its workload's previous revision, as the controllers keep it."""
+        workload = found.workload
+        if workload is None:
+            return found
+        current = {name: c.image for name, c in workload.containers.items()}
+        revisions = self.revisions.setdefault(key, [])
+        if not revisions or revisions[-1] != current:
+            revisions.append(current)
+        if found.previous_template is not None or len(revisions) < 2:
+            return found
+        return replace(found, previous_template=revisions[-2])
 
     def input(
         self,
@@ -135,7 +154,7 @@ class Tick:
         )
         return TickInput(
             view,
-            targets,
+            {key: self._with_history(key, found) for key, found in targets.items()},
             budgets or {},
             self.now,
             self.namespaces,
@@ -143,6 +162,7 @@ class Tick:
             nodes=self.nodes,
             pre_pull_pods=self.pre_pull_pods,
             pre_pull_max_deadline=self.pre_pull_max_deadline,
+            verified=self.verified,
         )
 
     def run(

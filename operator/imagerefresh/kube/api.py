@@ -49,7 +49,7 @@ from kubernetes.client.exceptions import ApiException
 from imagerefresh.credentials import Credentials, InvalidDockerConfig, parse_docker_config
 from imagerefresh.kube.errors import Forbidden, KubeError, NotFound, NotLeader, translate
 from imagerefresh.kube.selectors import InvalidSelector, label_selector, matches
-from imagerefresh.planner import OPERATOR_FIELD_MANAGER, ImagePatch, check_patch
+from imagerefresh.planner import OPERATOR_FIELD_MANAGER, Cleared, ImagePatch
 
 __all__ = [
     "EVENT_COMPONENT",
@@ -207,6 +207,8 @@ class KubeApi:
         self._streams: kubernetes.client.ApiClient | None = None
         # None: every write may be sent (no leader election). Else asked before each write.
         self.write_gate = write_gate
+        # Told every workload a patch of ours landed on, as the API server answered it.
+        self._patch_observers: list[Callable[[Mapping[str, Any]], None]] = []
 
     @classmethod
     def from_environment(
@@ -347,15 +349,16 @@ class KubeApi:
             if token is None:
                 return pods
 
-    def patch_images(self, patch: ImagePatch) -> dict[str, Any]:
-        """Apply the guarded JSON Patch to ``patch.target``; the patched object as raw JSON.
+    def patch_images(self, cleared: Cleared[ImagePatch]) -> dict[str, Any]:
+        """Apply the guarded JSON Patch a cleared write carries; the patched object as raw JSON.
 
         A ``test`` op that no longer holds raises PreconditionFailed and changes nothing. This
-        is the one place patches are sent: the write guard runs here, whatever built the
-        patch, and a patch that would write outside its tracked repository raises
-        :class:`~imagerefresh.planner.UnsafePatch` without a request.
+        is the one place patches are sent, and it sends only what the write guard cleared
+        (:func:`~imagerefresh.planner.clear_writes`): anything else is a TypeError, never a request.
         """
-        check_patch(patch)
+        if not isinstance(cleared, Cleared) or not isinstance(cleared.write, ImagePatch):
+            raise TypeError("only a patch the write guard cleared is sent")
+        patch = cleared.write
         target = patch.target
         path = _workload_path(target.kind, target.namespace, target.name)
         images = {change.container: change.image for change in patch.changes}
@@ -369,7 +372,17 @@ class KubeApi:
             content_type=JSON_PATCH,
         )
         log.info("images patched", target=str(target), purpose=str(patch.purpose), images=images)
+        for observer in self._patch_observers:
+            try:
+                observer(obj)
+            except Exception:  # an observer's bug must not turn a landed patch into an error
+                log.exception("a patch observer failed", target=str(target))
         return obj
+
+    def observe_patches(self, observer: Callable[[Mapping[str, Any]], None]) -> None:
+        """Tell ``observer`` of every workload a patch lands on, as the API server answered
+        it (the generation it produced: what a watch-fed copy must reach before it is read)."""
+        self._patch_observers.append(observer)
 
     # -- pull secrets -----------------------------------------------------------------------
 

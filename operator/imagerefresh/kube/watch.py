@@ -8,16 +8,28 @@ API server ends on time is resumed from the last version it delivered (bookmarks
 version fresh while nothing changes), so a quiet collection costs one request per few minutes.
 
 The copy is trusted only while it is **synced**: from the end of a successful LIST until the
-stream breaks. A 410 (the version is too old), a stream cut or stalled, an unreadable event,
-a list refused: the copy is marked unsynced at once, and stays so until a new LIST succeeds. A
-reader asks :meth:`Collection.snapshot` and gets None while unsynced — it must then read the
-API server directly, never decide on what the copy held. A copy can still lag behind the API
-server by the time an event takes to arrive; whatever is written on it carries a precondition
-(JSON Patch ``test`` ops, a status ``resourceVersion``) that a change since fails.
+stream breaks or falls silent. A 410 (the version is too old), a stream cut, an unreadable
+event, a list refused: the copy is marked unsynced at once, and stays so until a new LIST
+succeeds. A stream that delivered no event and no bookmark for :data:`SILENT_AFTER` seconds is
+taken for dead the same way: the API server sends every stream that asked for bookmarks one
+about once a minute (and one just before it ends the stream on time), so silence is not a
+quiet collection but a connection nobody writes to any more. The first reader that notices
+unsyncs the copy and cuts the stream, which is then listed again; a socket that receives
+nothing for that long fails the read on the watch thread too, whether anyone reads or not.
 
-Objects are kept as ``keep`` makes them — the workload's compact JSON, a pod's few fields — so
-that a fleet's copies cost little memory; ``changed`` is told the name and new
-``resourceVersion`` of every object that changed (from the watch thread).
+A reader asks :meth:`Collection.snapshot` (or :meth:`~Collection.get`) and gets None while
+unsynced — it must then read the API server directly, never decide on what the copy held. A
+synced copy can still lag behind the API server by the time an event takes to arrive: whatever
+is written on it carries a precondition (JSON Patch ``test`` ops, a status ``resourceVersion``)
+that a change since fails, and what a verdict must not read stale is read directly
+(``runtime/reads``).
+
+Objects are kept as ``keep`` makes them — the few fields a decision reads, as compact JSON or a
+small record — so that a fleet's copies cost little memory. ``size`` says what a kept object
+costs; a copy past ``max_bytes`` (or ``max_items`` objects) is given up for good, as a refused
+one is, and its readers read directly. ``changed`` is told the name and new
+``resourceVersion`` of every object that changed (from the watch thread), and, when a synced
+copy stops being synced, every name it held with the version ``""`` (nobody knows it now).
 """
 
 from __future__ import annotations
@@ -34,7 +46,7 @@ import structlog
 from imagerefresh.kube.api import KubeApi, _send
 from imagerefresh.kube.errors import Forbidden, KubeError, translate
 
-__all__ = ["MAX_ITEMS", "MAX_STREAMS", "Collection", "Snapshot"]
+__all__ = ["MAX_BYTES", "MAX_ITEMS", "MAX_STREAMS", "SILENT_AFTER", "Collection", "Snapshot"]
 
 log = structlog.get_logger(__name__)
 
@@ -43,24 +55,37 @@ Json = dict[str, Any]
 
 # The API server ends each watch after about this long; it is resumed from the last version.
 WATCH_SECONDS = 240
-# A stream silent this much longer than its timeout is taken for dead (no event, no end).
-STALL_GRACE = 20.0
+# A stream that delivered no event and no bookmark for this long is dead: unsynced and listed
+# again. kube-apiserver's watch cache sends each stream that allows bookmarks one about every
+# 60 s, and one 2 s before the stream's own timeout; 90 s leaves half a period to a busy API
+# server before a healthy idle stream could be taken for dead.
+SILENT_AFTER = 90.0
 # A collection larger than this is not kept (a namespace of thousands of pods): its readers
 # read directly, as they would without a watch.
 MAX_ITEMS = 5_000
+# Nor one whose kept objects take more than this (``size``): a namespace of huge objects.
+MAX_BYTES = 4 * 1024 * 1024
 # Watch streams one process keeps at most (each a thread and a connection); past it, readers
 # read directly.
 MAX_STREAMS = 256
-_PAGE = 500
+# A LIST is read a page at a time, and a page is parsed whole: its size is what a copy costs
+# at its peak. Pages are sized to about this many bytes of JSON, from the objects the page
+# before weighed (the first asks for few: a namespace of huge objects is met carefully).
+_PAGE_BYTES = 2 * 1024 * 1024
+_PAGE_FIRST, _PAGE_MIN, _PAGE_MAX = 50, 10, 500
 _BACKOFF = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 
 
 class _TooLarge(KubeError):
-    """The collection holds more than :data:`MAX_ITEMS` objects: it is not kept."""
+    """The collection holds more than ``max_items`` objects or ``max_bytes``: not kept."""
 
 
 class _Expired(Exception):
     """The API server no longer holds the version the watch resumed from (410 Gone)."""
+
+
+class _ListAgain(Exception):
+    """The copy was unsynced on purpose (a silent stream, what it keeps changed): list again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,18 +110,29 @@ class Collection(Generic[T]):
         changed: Callable[[str, str], None] | None = None,
         watch_seconds: int = WATCH_SECONDS,
         max_items: int = MAX_ITEMS,
+        size: Callable[[T], int] | None = None,
+        max_bytes: int = MAX_BYTES,
+        silent_after: float = SILENT_AFTER,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.api, self.path, self.what, self.keep = api, path, what, keep
         self.name = name  # one object by name (fieldSelector): what resourceNames RBAC allows
         self.changed = changed
         self.watch_seconds, self.max_items = watch_seconds, max_items
+        self.size, self.max_bytes = size, max_bytes
+        # Silence is measured on ``clock``: tests move a clock of their own, never sleep.
+        self.silent_after, self.clock = silent_after, clock
         self.refused: KubeError | None = None  # the first LIST was forbidden: never synced
         self.lists = 0  # LISTs sent (a relist after a break counts)
         self._lock = threading.Lock()
         self._items: dict[str, T] = {}
         self._versions: dict[str, str] = {}
+        self._sizes: dict[str, int] = {}
+        self._bytes = 0  # what the kept objects take, as ``size`` counts them
         self._version = ""
         self._synced = False
+        self._heard = clock()  # the last LIST, stream opened, event or bookmark (on ``clock``)
+        self._again: str | None = None  # why the copy was unsynced to be listed again
         self._first = threading.Event()  # the first LIST answered (synced or refused)
         self._stopped = threading.Event()
         self._response: Any = None  # the stream being read, to cut it on stop
@@ -109,28 +145,70 @@ class Collection(Generic[T]):
     @property
     def synced(self) -> bool:
         with self._lock:
-            return self._synced
+            return self._fresh()
+
+    @property
+    def kept_bytes(self) -> int:
+        """What the kept objects take, as ``size`` counts them (0 without ``size``)."""
+        with self._lock:
+            return self._bytes
 
     def snapshot(self) -> Snapshot[T] | None:
         """The copy, or None while it is not synced (read the API server directly then)."""
         with self._lock:
-            if not self._synced:
+            if not self._fresh():
                 return None
             return Snapshot(dict(self._items), self._version)
 
     def get(self, name: str) -> tuple[bool, T | None]:
         """(synced, the object or None when absent); an unsynced copy says nothing."""
         with self._lock:
-            return (True, self._items.get(name)) if self._synced else (False, None)
+            return (True, self._items.get(name)) if self._fresh() else (False, None)
 
     def version_of(self, name: str) -> str | None:
         """The object's resourceVersion in the copy ("" when absent); None while unsynced."""
         with self._lock:
-            return self._versions.get(name, "") if self._synced else None
+            return self._versions.get(name, "") if self._fresh() else None
 
     def wait_first_list(self, timeout: float) -> bool:
         """Whether the first LIST answered within ``timeout`` seconds (synced or refused)."""
         return self._first.wait(timeout)
+
+    def list_again(self, why: str) -> None:
+        """Unsync the copy at once and list it again (``why``: what it keeps has changed)."""
+        log.info("listing again", collection=self.what, why=why)
+        with self._lock:
+            self._unsync_for(why)
+
+    def _fresh(self) -> bool:
+        """Whether the copy is synced now (holding the lock). A stream silent for longer than
+        ``silent_after`` is unsynced here, by the first reader that notices, and cut."""
+        if not self._synced:
+            return False
+        silent = self.clock() - self._heard
+        if silent <= self.silent_after:
+            return True
+        log.info(
+            "watch silent; reading directly until it is listed again",
+            collection=self.what,
+            silent_for=round(silent, 1),
+        )
+        self._unsync_for(f"no event and no bookmark for {round(silent)} s")
+        return False
+
+    def _unsync_for(self, why: str) -> None:
+        """Unsync and have the watch thread list again (holding the lock)."""
+        names = list(self._items) if self._synced else []
+        self._synced = False
+        self._again = why
+
+        def cut() -> None:
+            self._cut()
+            self._tell_unknown(names)
+
+        # On a thread of its own: closing a socket may block, the listener may take the time
+        # it takes, and the caller holds the lock.
+        threading.Thread(target=cut, name=f"cut {self.what}", daemon=True).start()
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -143,6 +221,12 @@ class Collection(Generic[T]):
         self._held.clear()
         self._unsync()
         self._cut()
+
+    def heard(self) -> float:
+        """When the stream last delivered an event or a bookmark (or was listed, or opened),
+        on ``clock``."""
+        with self._lock:
+            return self._heard
 
     # --- test seams: faults a real API server or network produces, on demand ---------------
 
@@ -157,7 +241,8 @@ class Collection(Generic[T]):
         self._cut()
 
     def hold(self) -> None:
-        """Hold the events that arrive (a watch that lags); :meth:`release` applies them."""
+        """Hold what arrives, events and bookmarks alike (a watch that lags, or a stream that
+        falls silent); :meth:`release` applies it."""
         self._held.set()
 
     def release(self) -> None:
@@ -176,6 +261,8 @@ class Collection(Generic[T]):
             except _Expired:
                 self._unsync()
                 log.info("watch expired; listing again", collection=self.what)
+            except _ListAgain:
+                self._unsync()  # said when it was decided; listed again at once
             except KubeError as error:
                 self._unsync()
                 if isinstance(error, Forbidden | _TooLarge):
@@ -187,6 +274,7 @@ class Collection(Generic[T]):
                     # it is news (runtime/watches reports the refusals it cannot work around).
                     level = log.debug if isinstance(error, Forbidden) else log.info
                     level("not watching", collection=self.what, error=str(error))
+                    self._forget()
                     return
                 wait = _BACKOFF[min(failures, len(_BACKOFF) - 1)]
                 failures += 1
@@ -205,7 +293,22 @@ class Collection(Generic[T]):
 
     def _unsync(self) -> None:
         with self._lock:
+            names = list(self._items) if self._synced else []
             self._synced = False
+        self._tell_unknown(names)
+
+    def _tell_unknown(self, names: list[str]) -> None:
+        """Tell the listener of every object a copy that just stopped being synced held, as
+        changed to a version nobody knows: what follows them reads them directly now."""
+        if self._stopped.is_set():
+            return
+        for name in names:
+            self._tell(name, "")
+
+    def _forget(self) -> None:
+        """Let go of what a copy given up for good held."""
+        with self._lock:
+            self._items, self._versions, self._sizes, self._bytes = {}, {}, {}, 0
 
     def _cut(self) -> None:
         response = self._response
@@ -218,26 +321,46 @@ class Collection(Generic[T]):
     def _query(self) -> list[tuple[str, Any]]:
         return [("fieldSelector", f"metadata.name={self.name}")] if self.name else []
 
+    def _too_large(self, what: str) -> _TooLarge:
+        return _TooLarge(
+            f"{what}: the copy would keep more than {self.max_bytes} bytes; not kept (read "
+            "directly)"
+        )
+
     def _relist(self) -> str:
         """LIST the collection into a new copy; its ``resourceVersion``."""
         self.lists += 1
+        with self._lock:
+            self._again = None  # what this LIST reads is what was asked for
         items: dict[str, T] = {}
         versions: dict[str, str] = {}
+        sizes: dict[str, int] = {}
+        total = 0
         token: str | None = None
+        limit = _PAGE_FIRST
         while True:
-            query = [*self._query(), ("limit", _PAGE)]
+            query = [*self._query(), ("limit", limit)]
             if token is not None:
                 query.append(("continue", token))
-            page = self.api._request(f"list {self.what}", "GET", self.path, query=query)
-            for obj in page.get("items") or ():
+            page, weight = self._page(query)
+            found = page.get("items") or ()
+            for obj in found:
                 name, version = _identity(obj)
                 items[name], versions[name] = self.keep(obj), version
+                if self.size is not None:
+                    sizes[name] = self.size(items[name])
+                    total += sizes[name]
+            if found:
+                limit = max(_PAGE_MIN, min(_PAGE_MAX, _PAGE_BYTES * len(found) // max(weight, 1)))
+            metadata = page.get("metadata") or {}
+            del page, found  # the whole objects go before the next page is read
             if len(items) > self.max_items:
                 raise _TooLarge(
                     f"list {self.what}: more than {self.max_items} objects; not kept (read "
                     "directly)"
                 )
-            metadata = page.get("metadata") or {}
+            if total > self.max_bytes:
+                raise self._too_large(f"list {self.what}")
             token = metadata.get("continue") or None
             if token is None:
                 version = str(metadata.get("resourceVersion") or "")
@@ -245,17 +368,47 @@ class Collection(Generic[T]):
         with self._lock:
             before = self._versions
             self._items, self._versions, self._version = items, versions, version
-            self._synced = not self._stopped.is_set()
+            self._sizes, self._bytes = sizes, total
+            self._heard = self.clock()
+            self._synced = not self._stopped.is_set() and self._again is None
         self._first.set()
+        log.info("listed", collection=self.what, objects=len(items), kept_bytes=total)
+        self._again_or_none()  # asked for again while this LIST ran: what it kept is not it
         for name in sorted({*before, *versions}):
             if before.get(name) != versions.get(name):
                 self._tell(name, versions.get(name, ""))
         return version
 
+    def _page(self, query: list[tuple[str, Any]]) -> tuple[Json, int]:
+        """One page of the LIST, parsed, and how many bytes of JSON it was."""
+        what = f"list {self.what}"
+        try:
+            response = _send(
+                self.api.api_client,
+                "GET",
+                self.path,
+                query,
+                {"Accept": "application/json"},
+                None,
+                self.api.timeout,
+            )
+            try:
+                data = response.data
+            finally:
+                response.release_conn()
+            weight = len(data)
+            page = json.loads(data)
+        except Exception as error:
+            raise translate(error, what=what) from error
+        if not isinstance(page, dict):
+            raise KubeError(f"{what}: the API server answered with a non-object; listed again")
+        return page, weight
+
     def _watch(self, version: str) -> str:
         """Watch from ``version`` until the API server ends the stream; the last version seen.
 
-        A stream that ends before its time, is cut or stalls, raises (unsynced until listed).
+        A stream that ends before its time, is cut, falls silent or fails, raises (unsynced
+        until listed again).
         """
         if self._resume is not None:
             version, self._resume = self._resume, None
@@ -267,7 +420,9 @@ class Collection(Generic[T]):
             ("timeoutSeconds", str(self.watch_seconds)),
         ]
         what = f"watch {self.what}"
-        timeout = (self.api.timeout[0], self.watch_seconds + STALL_GRACE)
+        # The read timeout is the silence allowed: a socket that receives nothing (not even a
+        # bookmark) for that long fails the read, whether or not a reader noticed.
+        timeout = (self.api.timeout[0], self.silent_after)
         started = time.monotonic()
         try:
             response = _send(
@@ -282,27 +437,47 @@ class Collection(Generic[T]):
         except Exception as error:
             raise _expired_or(translate(error, what=what)) from error
         self._response = response
+        self._heard_now()  # the API server answered: the stream is alive from here
         if self._stopped.is_set():  # stopped before the stream could be cut
             response.release_conn()
             self._response = None
             return version
         try:
+            self._again_or_none()  # unsynced while the stream opened: nobody could cut it
+        except _ListAgain:
+            response.release_conn()
+            self._response = None
+            raise
+        try:
             for event in _events(response):
                 version = self._apply(event, version, what)
-        except (KubeError, _Expired):
+        except (KubeError, _Expired, _ListAgain):
             raise
         except Exception as error:
             if self._stopped.is_set() or self._resume is not None:
                 return version  # stopped, or a test ended it "on time" to resume elsewhere
+            self._again_or_none()
             raise translate(error, what=f"{what}: the stream broke") from error
         finally:
             self._response = None
             response.release_conn()
         if self._resume is not None:
             return version
+        self._again_or_none()
         if time.monotonic() - started < self.watch_seconds - 5 and not self._stopped.is_set():
             raise KubeError(f"{what}: the stream ended early")
         return version
+
+    def _heard_now(self) -> None:
+        with self._lock:
+            self._heard = self.clock()
+
+    def _again_or_none(self) -> None:
+        """Raise :class:`_ListAgain` when the copy was unsynced to be listed again."""
+        with self._lock:
+            why = self._again
+        if why is not None:
+            raise _ListAgain(why)
 
     def _apply(self, event: Json, version: str, what: str) -> str:
         while self._held.is_set() and not self._stopped.is_set():
@@ -320,19 +495,28 @@ class Collection(Generic[T]):
             )
         name, new = _identity(obj)
         if kind == "BOOKMARK":
+            self._heard_now()
             return new or version
         if kind not in ("ADDED", "MODIFIED", "DELETED"):
             raise KubeError(f"{what}: an event of unknown type {kind!r}")
         kept = self.keep(obj) if kind != "DELETED" else None
+        size = self.size(kept) if kept is not None and self.size is not None else 0
         with self._lock:
+            self._bytes -= self._sizes.pop(name, 0)
             if kept is None:
                 self._items.pop(name, None)
                 self._versions.pop(name, None)
             else:
                 if name not in self._items and len(self._items) >= self.max_items:
                     raise _TooLarge(f"{what}: more than {self.max_items} objects; not kept")
+                if self._bytes + size > self.max_bytes:
+                    raise self._too_large(what)
                 self._items[name], self._versions[name] = kept, new
+                if self.size is not None:
+                    self._sizes[name] = size
+                    self._bytes += size
             self._version = new or self._version
+            self._heard = self.clock()
         self._tell(name, "" if kept is None else new)
         return new or version
 

@@ -21,12 +21,14 @@ from imagerefresh.planner.evidence import (
     running_digest,
 )
 from imagerefresh.planner.follow import NOTHING_IN_FLIGHT, InFlight, in_flight, owed_retry_at
-from imagerefresh.planner.guard import UnsafePatch, check_patch, unsafe_changes
+from imagerefresh.planner.guard import Cleared, Permits, Refusal, clear_writes, unsafe_changes
+from imagerefresh.planner.permits import permits
 from imagerefresh.planner.tick import plan_tick, revise_target
 
 __all__ = [
     "NOTHING_IN_FLIGHT",
     "OPERATOR_FIELD_MANAGER",
+    "Cleared",
     "DigestOutcome",
     "Event",
     "ImageChange",
@@ -36,18 +38,20 @@ __all__ = [
     "NamespacePolicy",
     "ObservedPod",
     "PatchPurpose",
+    "Permits",
     "Plan",
     "PolicyView",
+    "Refusal",
     "Resolved",
     "TargetEvidence",
     "TargetKey",
     "TickInput",
     "Unresolved",
-    "UnsafePatch",
     "Workload",
-    "check_patch",
+    "clear_writes",
     "in_flight",
     "owed_retry_at",
+    "permits",
     "plan_tick",
     "revise_target",
     "running_digest",

@@ -60,9 +60,11 @@ def spend(
     budgets: Mapping[Account, BudgetSnapshot],
     reserve: int,
     groups: Sequence[Group] = (),
+    committed: Mapping[Account, int] | None = None,
 ) -> dict[TargetKey, str]:
-    """Spend ``pulls`` unit by unit; why each target deferred is deferred."""
-    spent: Counter[Account] = Counter()
+    """Spend ``pulls`` unit by unit, after what is ``committed`` already (the rollbacks this
+    tick sends, which are never deferred); why each target deferred is deferred."""
+    spent: Counter[Account] = Counter(committed or {})
     deferred: dict[TargetKey, str] = {}
     for unit in ordered:
         starting = [key for key in unit if pulls.get(key)]

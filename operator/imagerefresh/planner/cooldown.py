@@ -23,8 +23,9 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 
 from imagerefresh.models import SeenDigest
+from imagerefresh.planner.evidence import NOT_READ, Resolved, TickInput
 
-__all__ = ["cooled_at", "observe"]
+__all__ = ["cooled_at", "observe", "observed_clock"]
 
 
 def observe(
@@ -68,3 +69,27 @@ def cooled_at(
     if entry is None or entry.digest != digest or entry.since > now:
         return now + minimum_age
     return entry.since + minimum_age
+
+
+def observed_clock(tick: TickInput) -> tuple[SeenDigest, ...]:
+    """The cooldown's clock after this tick's answers: kept only with
+    ``minimumAge``, and moved only by a tick that asked the registries (not a follow-up)."""
+    spec, before = tick.policy.spec, tick.policy.status.seen
+    if not spec.minimum_age:
+        return ()
+    if tick.follow_up:
+        return before
+    tracked: list[str] = []
+    answers: dict[str, set[str]] = {}
+    for index, target in enumerate(spec.targets):
+        evidence = tick.evidence.get(tick.policy.target_key(index), NOT_READ)
+        for container in target.containers:
+            if container.digest is not None:
+                continue  # a pin never asks the registry, and never cools down
+            reference = str(container.tracked)
+            tracked.append(reference)
+            outcome = evidence.digests.get(container.name)
+            if isinstance(outcome, Resolved):
+                answers.setdefault(reference, set()).add(outcome.digest)
+    frozen = {reference: frozenset(digests) for reference, digests in answers.items()}
+    return observe(before, tracked, frozen, tick.now)

@@ -25,7 +25,7 @@ from imagerefresh.offline import (
     effective_pull_policy,
     running_digest,
 )
-from imagerefresh.planner.helperpod import HelperPod, Placement
+from imagerefresh.planner.helperpod import DEFAULT_RUN_AS, HelperPod, Placement, RunAs
 from imagerefresh.ratelimit import BudgetSnapshot
 from imagerefresh.rollout import RolloutProgress, RolloutVerdict, rollout_progress, rollout_verdict
 from imagerefresh.signatures import Untrusted, Verified
@@ -33,6 +33,7 @@ from imagerefresh.signatures import Untrusted, Verified
 __all__ = [
     "ALWAYS",
     "ANONYMOUS",
+    "NOT_READ",
     "OPERATOR_FIELD_MANAGER",
     "Account",
     "DigestOutcome",
@@ -43,6 +44,7 @@ __all__ = [
     "Resolved",
     "SignatureOutcome",
     "SignaturesUnreadable",
+    "SignaturesWaiting",
     "TargetEvidence",
     "TargetKey",
     "TickInput",
@@ -246,9 +248,21 @@ class SignaturesUnreadable:
     message: str
 
 
+@dataclass(frozen=True, slots=True)
+class SignaturesWaiting:
+    """``digest``'s signatures were not looked up this tick, and not for any fault: the policy
+    used up its verifications for the tick, or the lookup would take the account's pull budget
+    below its reserve (``budget``). Nothing is pinned on it; it is not unreadable evidence.
+    """
+
+    digest: str
+    message: str
+    budget: bool = False
+
+
 # With spec.verify, what the shell found for a container's desired digest: verified by a listed
-# key, signed by none (which check failed), or not readable.
-SignatureOutcome = Verified | Untrusted | SignaturesUnreadable
+# key, signed by none (which check failed), not readable, or not looked up yet.
+SignatureOutcome = Verified | Untrusted | SignaturesUnreadable | SignaturesWaiting
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,6 +281,15 @@ class TargetEvidence:
     # they were not read (the operator may not create pods, or the read failed).
     helpers: tuple[HelperPod, ...] | None = None
     helpers_error: str | None = None  # why they could not be read
+    # With a rollout of ours in flight: container → the image the workload's previous revision
+    # (ReplicaSet, ControllerRevision) names — what a rollback may restore. None: not read.
+    previous_template: Mapping[str, str] | None = None
+    # Index digest → its platform manifests, read this tick for rollback candidates (a pod
+    # reporting one of them proves the index ran).
+    children: Mapping[str, frozenset[str]] = field(default_factory=lambda: _EMPTY)
+
+
+NOT_READ = TargetEvidence(error="the workload was not read this tick")
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,3 +342,30 @@ class TickInput:
     nodes: NodeInventory | None = None
     pre_pull_pods: bool = False  # the operator may create pre-pull helper pods
     pre_pull_max_deadline: int = 3_600  # seconds a helper pod may live, at most
+    pre_pull_run_as: RunAs = DEFAULT_RUN_AS  # the helper pods' user and group
+    # With spec.verify: (repository, digest) of every digest a Verified verdict in the
+    # operator's memory covers for the policy's keys this tick — desired digests and rollback
+    # candidates alike. Status is never evidence of a signature.
+    verified: frozenset[tuple[str, str]] = frozenset()
+
+    @property
+    def honours_reset(self) -> bool:
+        """Whether this tick honours a new reset request: only a tick that reads every target
+        does (a follow-up leaves it for the next one)."""
+        request = self.policy.reset_request
+        return (
+            not self.follow_up and request is not None and request != self.policy.status.last_reset
+        )
+
+    def verified_digests(self) -> frozenset[tuple[str, str]]:
+        """:attr:`verified`, and every Verified verdict the targets' evidence carries."""
+        found = set(self.verified)
+        for index, target in enumerate(self.policy.spec.targets):
+            evidence = self.evidence.get(self.policy.target_key(index))
+            if evidence is None:
+                continue
+            for container in target.containers:
+                verdict = evidence.signatures.get(container.name)
+                if isinstance(verdict, Verified):
+                    found.add((container.tracked.repository, verdict.digest))
+        return frozenset(found)

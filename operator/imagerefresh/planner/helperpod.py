@@ -32,11 +32,14 @@ from imagerefresh.offline import running_digest
 
 __all__ = [
     "COMMAND",
+    "DEFAULT_RUN_AS",
+    "HELPER_RESOURCES",
     "LABEL",
     "MAX_DEADLINE",
     "NAME_PREFIX",
     "HelperPod",
     "Placement",
+    "RunAs",
     "helper_manifest",
     "helper_name",
 ]
@@ -50,7 +53,13 @@ MANAGED_BY = ("app.kubernetes.io/managed-by", "imagerefresh")
 MIN_DEADLINE, MAX_DEADLINE = 60, 86_400
 MAX_PULL_SECRETS = 16
 MAX_TOLERATIONS = 64
-RUN_AS = 65_534  # nobody: the container never starts, but no rule should hinge on that
+# What each helper container asks for and may use: the kubelet only pulls, nothing runs.
+HELPER_RESOURCES: Mapping[str, Mapping[str, str]] = MappingProxyType(
+    {
+        "requests": MappingProxyType({"cpu": "1m", "memory": "4Mi"}),
+        "limits": MappingProxyType({"cpu": "10m", "memory": "16Mi"}),
+    }
+)
 # Waiting reasons of a container whose image the kubelet could not pull (or may not).
 PULL_FAILURES = frozenset(
     {
@@ -62,8 +71,59 @@ PULL_FAILURES = frozenset(
         "SignatureValidationFailed",
     }
 )
+# The kubelet pulled the image but will not create the container, so it reports no imageID:
+# with no user of its own (RunAs.platform) a helper runs as the image's USER, and the kubelet
+# refuses runAsNonRoot for an image that runs as root or names its user by name.
+START_FAILURES = frozenset({"CreateContainerConfigError"})
+_START_ADVICE = (
+    " (the helper pod names no user, so it runs as the image's own, which must be a numeric "
+    "non-root USER; give helpers a user: the chart's prePull.runAsUser, imagerefresh run "
+    "--pre-pull-user UID:GID)"
+)
 _EMPTY: Mapping[Any, Any] = MappingProxyType({})
 _MAX_MESSAGE = 512
+
+
+@dataclass(frozen=True, slots=True)
+class RunAs:
+    """The numeric user and group a helper pod asks for; None leaves it to the platform.
+
+    A fixed user makes the helper independent of the images it pulls (the kubelet refuses
+    ``runAsNonRoot`` for an image that runs as root before it creates the container, and only
+    a created container reports the ``imageID`` that proves the pull). Platforms that assign
+    each namespace its own user range (OpenShift's ``restricted-v2``) refuse a user outside it:
+    there the helper names none and the platform assigns one.
+    """
+
+    user: int | None = 65_534  # nobody
+    group: int | None = 65_534
+
+    def __post_init__(self) -> None:
+        for value in (self.user, self.group):
+            if value is not None and not 1 <= value <= _MAX_ID:
+                raise ValueError(f"a helper's user and group are 1 to {_MAX_ID}, not {value}")
+
+    @classmethod
+    def parse(cls, text: str) -> RunAs:
+        """``UID:GID``, ``UID`` (the image's group) or ``platform`` (neither)."""
+        if text.strip() == "platform":
+            return cls(None, None)
+        user, _, group = text.strip().partition(":")
+        try:
+            return cls(int(user), int(group) if group else None)
+        except ValueError as error:
+            raise ValueError(
+                f"{text!r} is not UID:GID, UID or platform (numbers from 1 to {_MAX_ID})"
+            ) from error
+
+    def __str__(self) -> str:
+        if self.user is None:
+            return "platform"
+        return f"{self.user}:{self.group}" if self.group is not None else str(self.user)
+
+
+_MAX_ID = 2_147_483_647
+DEFAULT_RUN_AS = RunAs()
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +200,8 @@ class HelperPod:
             waiting = (report.get("state") or {}).get("waiting") or {}
             if waiting.get("reason") in PULL_FAILURES:
                 failures.append(_said(waiting))
+            elif waiting.get("reason") in START_FAILURES and digest is None:
+                failures.append(_said(waiting) + _START_ADVICE)
         if not failures and status.get("phase") == "Failed" and len(pulled) < len(images):
             failures.append(_said(status) or "the pod failed before its images were pulled")
         node = spec.get("nodeName")
@@ -181,20 +243,23 @@ def helper_manifest(
     images: Sequence[str],
     timeout: timedelta,
     most: int = 3_600,
+    run_as: RunAs = DEFAULT_RUN_AS,
 ) -> dict[str, Any]:
-    """The helper pod that pulls ``images`` onto ``node`` for ``placement``'s workload."""
+    """The helper pod that pulls ``images`` onto ``node`` for ``placement``'s workload, as
+    ``run_as``'s user (none: the platform's, or the image's)."""
+    security: dict[str, Any] = {"runAsNonRoot": True}
+    if run_as.user is not None:
+        security["runAsUser"] = run_as.user
+    if run_as.group is not None:
+        security["runAsGroup"] = run_as.group
+    security["seccompProfile"] = {"type": "RuntimeDefault"}
     spec: dict[str, Any] = {
         "nodeName": node,
         "restartPolicy": "Never",
         "activeDeadlineSeconds": deadline_seconds(timeout, most),
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": RUN_AS,
-            "runAsGroup": RUN_AS,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": security,
         "containers": [_container(index, image) for index, image in enumerate(sorted(images))],
     }
     if placement.host_network:
@@ -229,10 +294,7 @@ def _container(index: int, image: str) -> dict[str, Any]:
         "image": image,
         "imagePullPolicy": "IfNotPresent",
         "command": [COMMAND],
-        "resources": {
-            "requests": {"cpu": "1m", "memory": "4Mi"},
-            "limits": {"cpu": "10m", "memory": "16Mi"},
-        },
+        "resources": {kind: dict(amounts) for kind, amounts in HELPER_RESOURCES.items()},
         "securityContext": {
             "allowPrivilegeEscalation": False,
             "readOnlyRootFilesystem": True,

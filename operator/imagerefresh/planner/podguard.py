@@ -8,8 +8,13 @@ the code that builds it: :func:`check_helper_pod` runs at the single place pods 
 (:meth:`imagerefresh.kube.api.KubeApi.create_helper_pod`) and lets through exactly the helper
 shape — every image the tracked repository at a digest, no volumes, no service account token,
 a restricted security context, a deadline, an owner reference to the workload — and a pod that
-fails it is never sent. The chart's ValidatingAdmissionPolicy holds the same line on the API
-server for anything else the operator's ServiceAccount might send.
+fails it is never sent. Everything is an allow-list: a field the helper does not set (a
+priority class, a node selector or affinity, pod-level resources, ``hostUsers``, a DNS
+configuration, …) is refused by its absence from the list, not by a rule someone had to think
+of. Only the user and group are open within bounds (any non-root number, or none: the platform
+assigns one), because that is the one thing the operator's configuration chooses. The chart's
+ValidatingAdmissionPolicy holds the same line on the API server for anything else the
+operator's ServiceAccount might send.
 """
 
 from __future__ import annotations
@@ -19,7 +24,9 @@ from typing import Any
 
 from imagerefresh.planner.helperpod import (
     COMMAND,
+    HELPER_RESOURCES,
     LABEL,
+    MANAGED_BY,
     MAX_DEADLINE,
     MAX_PULL_SECRETS,
     MAX_TOLERATIONS,
@@ -49,6 +56,9 @@ _SPEC_KEYS = frozenset(
 _CONTAINER_KEYS = frozenset(
     {"name", "image", "imagePullPolicy", "command", "resources", "securityContext"}
 )
+_POD_SECURITY_KEYS = frozenset({"runAsNonRoot", "runAsUser", "runAsGroup", "seccompProfile"})
+_TOLERATION_KEYS = frozenset({"key", "operator", "value", "effect", "tolerationSeconds"})
+_MAX_ID = 2_147_483_647  # the largest user or group id the API accepts
 _CONTAINER_SECURITY = {
     "allowPrivilegeEscalation": False,
     "readOnlyRootFilesystem": True,
@@ -78,8 +88,8 @@ def unsafe_pod(pod: Mapping[str, Any], repositories: Collection[str]) -> tuple[s
     if not isinstance(containers, list) or not 1 <= len(containers) <= _MAX_CONTAINERS:
         problems.append(f"it needs 1 to {_MAX_CONTAINERS} containers")
         containers = []
-    for container in containers:
-        _container(problems, _mapping(container), repositories)
+    for index, container in enumerate(containers):
+        _container(problems, index, _mapping(container), repositories)
     return tuple(problems)
 
 
@@ -112,7 +122,15 @@ def _metadata(problems: list[str], metadata: Mapping[str, Any]) -> None:
     name = metadata.get("name")
     if not isinstance(name, str) or not name.startswith(NAME_PREFIX):
         problems.append(f"its name does not start with {NAME_PREFIX}")
+    namespace = metadata.get("namespace")
+    if not isinstance(namespace, str) or not namespace:
+        problems.append("it names no namespace")
     labels = _mapping(metadata.get("labels"))
+    if set(labels) != {LABEL, MANAGED_BY[0]} or labels.get(MANAGED_BY[0]) != MANAGED_BY[1]:
+        problems.append(
+            f"its labels are not exactly {LABEL}=<the workload's uid> and "
+            f"{MANAGED_BY[0]}={MANAGED_BY[1]}"
+        )
     owners = metadata.get("ownerReferences")
     owner = _mapping(owners[0]) if isinstance(owners, list) and len(owners) == 1 else {}
     if (
@@ -148,11 +166,13 @@ def _spec(problems: list[str], spec: Mapping[str, Any]) -> None:
     security = _mapping(spec.get("securityContext"))
     if (
         security.get("runAsNonRoot") is not True
-        or _mapping(security.get("seccompProfile")).get("type") != "RuntimeDefault"
-        or set(security) - {"runAsNonRoot", "runAsUser", "runAsGroup", "seccompProfile"}
-        or any(security.get(k, 1) == 0 for k in ("runAsUser", "runAsGroup"))
+        or _mapping(security.get("seccompProfile")) != {"type": "RuntimeDefault"}
+        or set(security) - _POD_SECURITY_KEYS
     ):
         problems.append("its pod security context is not the restricted one")
+    for key in ("runAsUser", "runAsGroup"):
+        if key in security and not _non_root_id(security[key]):
+            problems.append(f"its {key} is not a number from 1 to {_MAX_ID}")
     secrets = spec.get("imagePullSecrets", [])
     if not isinstance(secrets, list) or len(secrets) > MAX_PULL_SECRETS:
         problems.append("its imagePullSecrets are malformed")
@@ -161,13 +181,21 @@ def _spec(problems: list[str], spec: Mapping[str, Any]) -> None:
     tolerations = spec.get("tolerations", [])
     if not isinstance(tolerations, list) or len(tolerations) > MAX_TOLERATIONS:
         problems.append("its tolerations are malformed")
+    elif any(not isinstance(t, Mapping) or not t or set(t) - _TOLERATION_KEYS for t in tolerations):
+        problems.append("a toleration carries more than key, operator, value, effect, seconds")
+
+
+def _non_root_id(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= _MAX_ID
 
 
 def _container(
-    problems: list[str], container: Mapping[str, Any], repositories: Collection[str]
+    problems: list[str], index: int, container: Mapping[str, Any], repositories: Collection[str]
 ) -> None:
     name = container.get("name")
     _keys(problems, f"container {name}", container, _CONTAINER_KEYS)
+    if name != f"pull-{index}":
+        problems.append(f"container {name}: it is not named pull-{index}")
     image = container.get("image")
     try:
         reference = parse(image) if isinstance(image, str) else None
@@ -185,3 +213,8 @@ def _container(
         problems.append(f"container {name}: its imagePullPolicy is not IfNotPresent")
     if _mapping(container.get("securityContext")) != _CONTAINER_SECURITY:
         problems.append(f"container {name}: its security context is not the restricted one")
+    if container.get("resources") != HELPER_RESOURCES:
+        problems.append(
+            f"container {name}: its resources are not requests cpu 1m, memory 4Mi and "
+            "limits cpu 10m, memory 16Mi"
+        )

@@ -13,7 +13,10 @@ ROLLBACK_STALLED = "RollbackStalled"  # a rollback did not settle: no longer fol
 ROLLBACK_SUPERSEDED = "RollbackSuperseded"  # someone else changed the images during a rollback
 CONTESTED = "Contested"  # another writer moved images we wrote: a contested attempt
 PATCH_CONFLICT = "PatchConflict"  # the guarded patch's preconditions failed: retried next tick
-PATCH_REFUSED = "PatchRefused"  # the API server (or the write guard) refused a patch for good
+PATCH_REFUSED = "PatchRefused"  # the API server refused a patch for good
+WRITE_REFUSED = "WriteRefused"  # the write guard refused a write: a bug, never sent
+ROLLBACK_UNVERIFIED = "RollbackUnverified"  # with verify: no verified digest to roll back to
+ROLLBACK_NOT_ALLOWED = "RollbackNotAllowed"  # not what the workload ran, or a failed build
 PATCH_OUTCOME_UNKNOWN = "PatchOutcomeUnknown"  # no answer to a patch: re-read next tick
 STATUS_NOT_WRITTEN = "StatusNotWritten"  # the status (or a patch's intent) could not be written
 PULL_POLICY_ALWAYS = "PullPolicyAlways"  # a declared container is pulled Always: not offline-safe
@@ -25,6 +28,8 @@ WAITING_FOR_WINDOW = "WaitingForWindow"  # a drifted target waits for its next r
 LOCKSTEP_WAITING = "LockstepWaiting"  # a drifted target waits for a lockstep peer that cannot move
 UNTRUSTED = "Untrusted"  # with spec.verify: a desired digest has no valid signature
 SIGNATURES_UNREADABLE = "SignaturesUnreadable"  # its signatures could not be read: not pinned
+VERIFICATION_QUEUED = "VerificationQueued"  # the policy's verifications this tick are used up
+VERIFICATION_DEFERRED = "VerificationDeferred"  # a signature lookup would go below the reserve
 COOLING_DOWN = "CoolingDown"  # a new digest waits out spec.minimumAge
 BUILD_FAILED = "BuildFailed"  # a digest whose rollout failed here before is not tried again
 PRE_PULLING = "PrePulling"  # a refresh first pulls its digests onto the workload's nodes
@@ -71,6 +76,9 @@ TARGET_EVENTS = (
     CONTESTED,
     PATCH_CONFLICT,
     PATCH_REFUSED,
+    WRITE_REFUSED,
+    ROLLBACK_UNVERIFIED,
+    ROLLBACK_NOT_ALLOWED,
     PATCH_OUTCOME_UNKNOWN,
     PULL_POLICY_ALWAYS,
     WORKLOAD_MISSING,
@@ -81,6 +89,8 @@ TARGET_EVENTS = (
     LOCKSTEP_WAITING,
     UNTRUSTED,
     SIGNATURES_UNREADABLE,
+    VERIFICATION_QUEUED,
+    VERIFICATION_DEFERRED,
     COOLING_DOWN,
     BUILD_FAILED,
     PRE_PULLING,

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Collection, Mapping
-from dataclasses import replace
 from datetime import datetime
 
 from imagerefresh.models import (
     Condition,
     ConditionType,
+    PendingPurpose,
     Phase,
     PolicyStatus,
     RegistryStatus,
@@ -34,11 +34,11 @@ from imagerefresh.planner.conditions import (
     derive_conditions,
     worst_phase,
 )
-from imagerefresh.planner.cooldown import observe
+from imagerefresh.planner.cooldown import observed_clock
 from imagerefresh.planner.evidence import (
+    NOT_READ,
+    Account,
     PolicyView,
-    Resolved,
-    TargetEvidence,
     TargetKey,
     TickInput,
 )
@@ -55,8 +55,6 @@ from imagerefresh.planner.windows import OPEN, WindowState, window_state
 from imagerefresh.ratelimit import BudgetSnapshot
 
 __all__ = ["plan_tick", "revise_target"]
-
-_NOT_READ = TargetEvidence(error="the workload was not read this tick")
 
 
 def _registries(budgets: dict[tuple[str, str], BudgetSnapshot]) -> tuple[RegistryStatus, ...]:
@@ -188,10 +186,12 @@ class _Targets:
             nodes=tick.nodes,
             pre_pull_pods=tick.pre_pull_pods,
             pre_pull_max_deadline=tick.pre_pull_max_deadline,
+            pre_pull_run_as=tick.pre_pull_run_as,
+            verified=tick.verified_digests() if spec.verify is not None else frozenset(),
         )
         self.twice = {key for key, count in Counter(self.keys).items() if count > 1}
         self.previous = {_key(status): status for status in policy.status.targets}
-        self.digests = {key: tick.evidence.get(key, _NOT_READ).digests for key in self.keys}
+        self.digests = {key: tick.evidence.get(key, NOT_READ).digests for key in self.keys}
         self.orders: dict[TargetKey, LockstepOrders] = {}
         self.decisions = 0
         # By spec index; None for a target a follow-up does not decide and has no status for.
@@ -208,7 +208,7 @@ class _Targets:
             return TargetOutcome(status=prior, decided=False) if prior is not None else None
         self.decisions += 1
         allowed = tick.namespaces.allows(tick.policy.namespace, key.namespace)
-        evidence = tick.evidence.get(key, _NOT_READ)
+        evidence = tick.evidence.get(key, NOT_READ)
         claimed = _claimed(key, target, self.twice, tick)
         orders = self.orders.get(key, NO_ORDERS)
         return plan_target(self.ctx, target, key, prior, evidence, allowed, claimed, orders)
@@ -240,7 +240,13 @@ class _Targets:
         pulls = {key: o.pulls for key, o in self.decided() if o.pulls}
         reserve = self.tick.policy.spec.pull_budget.reserve
         ordered = units(self.keys, self.groups)
-        deferred = spend(ordered, pulls, self.tick.budgets, reserve, self.groups)
+        # Rollbacks are charged first and never deferred: what they take is spent already.
+        committed: Counter[Account] = Counter()
+        for _, outcome in self.decided():
+            patch = outcome.patch
+            if patch is not None and patch.purpose is PendingPurpose.ROLLBACK:
+                committed.update(dict(patch.pulls))
+        deferred = spend(ordered, pulls, self.tick.budgets, reserve, self.groups, committed)
         if not deferred:
             return
         wanted = dict(self.orders)
@@ -249,39 +255,9 @@ class _Targets:
         self.settle_lockstep(self.order(wanted))
 
 
-def _seen(tick: TickInput) -> tuple[SeenDigest, ...]:
-    """The cooldown's clock after this tick's answers (:mod:`.cooldown`): kept only with
-    ``minimumAge``, and moved only by a tick that asked the registries (not a follow-up)."""
-    spec, before = tick.policy.spec, tick.policy.status.seen
-    if not spec.minimum_age:
-        return ()
-    if tick.follow_up:
-        return before
-    tracked: list[str] = []
-    answers: dict[str, set[str]] = {}
-    for index, target in enumerate(spec.targets):
-        evidence = tick.evidence.get(tick.policy.target_key(index), _NOT_READ)
-        for container in target.containers:
-            if container.digest is not None:
-                continue  # a pin never asks the registry, and never cools down
-            reference = str(container.tracked)
-            tracked.append(reference)
-            outcome = evidence.digests.get(container.name)
-            if isinstance(outcome, Resolved):
-                answers.setdefault(reference, set()).add(outcome.digest)
-    frozen = {reference: frozenset(digests) for reference, digests in answers.items()}
-    return observe(before, tracked, frozen, tick.now)
-
-
 def _helper_creates(outcomes: list[tuple[TargetKey, TargetOutcome]]) -> tuple[HelperPodCreate, ...]:
-    """The helper pods to create; a pre-pull's pulls ride on its first, charged once."""
-    creates: list[HelperPodCreate] = []
-    for _, outcome in outcomes:
-        pending = sorted(outcome.pulls.items()) if outcome.status.pre_pull is not None else []
-        for index, create in enumerate(outcome.helper_creates):
-            pulls = tuple(pending) if index == 0 and not outcome.pre_pulled else ()
-            creates.append(replace(create, pulls=pulls))
-    return tuple(creates)
+    """The helper pods to create, each charged the pulls it causes."""
+    return tuple(create for _, outcome in outcomes for create in outcome.helper_creates)
 
 
 def _helper_deletes(
@@ -291,7 +267,7 @@ def _helper_deletes(
     after a patch, a failure, a closed window, a crash or a failover, none is left behind."""
     deletes: list[HelperPodDelete] = []
     for key, outcome in outcomes:
-        found = tick.evidence.get(key, _NOT_READ).helpers
+        found = tick.evidence.get(key, NOT_READ).helpers
         if not outcome.decided or found is None:
             continue
         deletes += (
@@ -308,18 +284,14 @@ def plan_tick(tick: TickInput) -> Plan:
     # A reset (and an override) is honoured by a tick that reads every target. A follow-up reads
     # only the rollouts in flight and starts no refresh: it leaves both values for the next
     # tick that can honour them, rather than using them up on targets it did not read.
-    reset = (
-        not tick.follow_up
-        and policy.reset_request is not None
-        and policy.reset_request != before.last_reset
-    )
+    reset = tick.honours_reset
     override = (
         not tick.follow_up
         and policy.window_override is not None
         and policy.window_override != before.last_window_override
     )
     window = OPEN if override else window_state(spec.windows, tick.now)
-    seen = _seen(tick)
+    seen = observed_clock(tick)
     planned = _Targets(tick, reset, window, seen)
     planned.settle_lockstep()
     planned.spend_budget()

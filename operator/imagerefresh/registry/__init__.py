@@ -20,6 +20,7 @@ from imagerefresh.registry.client import (
 )
 from imagerefresh.registry.errors import (
     ManifestNotFound,
+    PullBudgetHeld,
     RegistryAuthError,
     RegistryError,
     RegistryInternalError,
@@ -36,6 +37,7 @@ __all__ = [
     "DEFAULT_DEADLINE",
     "MANIFEST_MEDIA_TYPES",
     "ManifestNotFound",
+    "PullBudgetHeld",
     "RegistryAuthError",
     "RegistryClient",
     "RegistryError",

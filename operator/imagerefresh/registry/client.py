@@ -208,27 +208,38 @@ class RegistryClient:
         )
 
     async def legacy_signature(
-        self, reference: ImageReference, digest: str, credentials: Credentials | None = None
+        self,
+        reference: ImageReference,
+        digest: str,
+        credentials: Credentials | None = None,
+        *,
+        reserve: int | None = None,
     ) -> LegacyEvidence | None:
         """What the legacy ``sha256-<hex>.sig`` tag of ``digest`` holds in ``reference``'s
         repository, for :func:`imagerefresh.signatures.verify`; None when there is no such tag.
 
         A HEAD of the tag (no pull) — all an unsigned digest costs; then a GET of its manifest
         by the digest the HEAD answered (a pull), and a blob GET per simple-signing layer (not
-        a pull). Every failure other than absence is a :class:`RegistryError`, at the latest
-        when the deadline passes.
+        a pull). With ``reserve``, no pull is sent that would leave the account fewer
+        (:class:`~imagerefresh.registry.errors.PullBudgetHeld`). Every failure other than
+        absence is a :class:`RegistryError`, at the latest when the deadline passes.
         """
         tracked = reference.tracked()
         host = registry_host(tracked.domain)
         return await self._bounded(
-            read_legacy(self._reader(tracked, host, credentials), parse_digest(digest)),
+            read_legacy(self._reader(tracked, host, credentials, reserve), parse_digest(digest)),
             host,
             tracked,
             f"reading the legacy signature of {digest} in {tracked.repository}",
         )
 
     async def bundle_signatures(
-        self, reference: ImageReference, digest: str, credentials: Credentials | None = None
+        self,
+        reference: ImageReference,
+        digest: str,
+        credentials: Credentials | None = None,
+        *,
+        reserve: int | None = None,
     ) -> tuple[BundleEvidence, ...]:
         """The referrers of ``digest`` in ``reference``'s repository that may be Sigstore
         bundles, each with its bundle blob, for :func:`imagerefresh.signatures.verify`; empty
@@ -236,14 +247,15 @@ class RegistryClient:
 
         The referrers API (a pull), or on a registry without it the fallback tag
         ``sha256-<hex>`` (a HEAD; a GET, a pull, only when it exists); then per referrer a GET
-        of its manifest (a pull) and a blob GET (not a pull). Every failure other than absence
-        is a :class:`RegistryError`, at the latest when the deadline passes.
+        of its manifest (a pull) and a blob GET (not a pull). ``reserve`` as for
+        :meth:`legacy_signature`. Every failure other than absence is a
+        :class:`RegistryError`, at the latest when the deadline passes.
         """
         tracked = reference.tracked()
         host = registry_host(tracked.domain)
         return await self._bounded(
             read_bundles(
-                self._reader(tracked, host, credentials),
+                self._reader(tracked, host, credentials, reserve),
                 parse_digest(digest),
                 self.no_referrers_api,
             ),
@@ -253,9 +265,13 @@ class RegistryClient:
         )
 
     def _reader(
-        self, tracked: ImageReference, host: str, credentials: Credentials | None
+        self,
+        tracked: ImageReference,
+        host: str,
+        credentials: Credentials | None,
+        reserve: int | None = None,
     ) -> RepositoryReader:
-        return RepositoryReader(self._auth, tracked, host, credentials)
+        return RepositoryReader(self._auth, tracked, host, credentials, reserve)
 
     async def _bounded(
         self, work: Coroutine[object, object, T], host: str, tracked: ImageReference, what: str

@@ -12,6 +12,8 @@ ever carries a credential or a token.
   │    ├─ ``RegistryTimeout`` (a read timed out, or the lookup's total deadline passed)
   │    └─ ``RegistryServerError`` (5xx)
   ├─ ``RegistryThrottled``     — 429; the registry is paused until ``retry_at``
+  ├─ ``PullBudgetHeld``        — a pull was not sent: it would take the account's pull budget
+  │                              below the asking policy's reserve (nothing failed)
   ├─ ``RegistryAuthError``     — credentials missing or refused (401/403)
   ├─ ``ManifestNotFound``      — the repository or tag does not exist (404; where a signature
   │                              may be absent, a 404 is an answer instead, never this error)
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 __all__ = [
     "ManifestNotFound",
+    "PullBudgetHeld",
     "RegistryAuthError",
     "RegistryError",
     "RegistryInternalError",
@@ -77,6 +80,11 @@ class RegistryThrottled(RegistryError):
     ) -> None:
         super().__init__(message, registry=registry, reference=reference)
         self.retry_at = retry_at
+
+
+class PullBudgetHeld(RegistryError):
+    """A pull was not sent: it would leave less than the reserve for the kubelet. The message
+    is the budget's own reason (the account named by its pull secret, never a username)."""
 
 
 class RegistryAuthError(RegistryError):

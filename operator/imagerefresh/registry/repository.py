@@ -7,8 +7,10 @@ answer, ``None``, never an error; every other failure is a
 authentication flow (:class:`~imagerefresh.registry.authflow.Authenticator`) with the
 repository's pull scope, is refused while a 429 pauses the registry, and is counted under its
 kind: a manifest HEAD is free, a manifest or referrers GET is a pull, a blob GET is counted but
-not charged (Docker Hub counts only manifest GETs). A manifest asked for by digest must hash to
-it: a registry cannot pass other content off as what was named.
+not charged (Docker Hub counts only manifest GETs). A reader given a ``reserve`` sends a pull
+only while the account's budget keeps that reserve after it, and raises
+:class:`~imagerefresh.registry.errors.PullBudgetHeld` instead. A manifest asked for by digest
+must hash to it: a registry cannot pass other content off as what was named.
 """
 
 from __future__ import annotations
@@ -16,11 +18,11 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Collection
 
-from imagerefresh.credentials import Credentials
+from imagerefresh.credentials import ANONYMOUS, Credentials
 from imagerefresh.ratelimit import RequestKind
 from imagerefresh.reference import ImageReference, InvalidReference, parse_digest
 from imagerefresh.registry.authflow import Authenticator
-from imagerefresh.registry.errors import RegistryProtocolError
+from imagerefresh.registry.errors import PullBudgetHeld, RegistryProtocolError
 from imagerefresh.registry.transport import Answer, account_of
 
 __all__ = ["MANIFEST_MEDIA_TYPES", "OCI_INDEX", "RepositoryReader"]
@@ -44,10 +46,12 @@ class RepositoryReader:
         tracked: ImageReference,
         host: str,
         credentials: Credentials | None,
+        reserve: int | None = None,
     ) -> None:
         self._auth = auth
         self.host = host
         self.credentials = credentials
+        self.reserve = reserve  # pulls left to the kubelet: none is sent below it (None: any)
         self._base = f"{auth.sender.base_url(tracked.domain)}/v2/{tracked.path}"
         self._scope = f"repository:{tracked.path}:pull"
 
@@ -101,6 +105,8 @@ class RepositoryReader:
         accept: str = ", ".join(MANIFEST_MEDIA_TYPES),
     ) -> Answer:
         self._auth.sender.check_paused(self.host)
+        if kind.is_pull:
+            self._hold_to_reserve()
         answer = await self._auth.authorized(
             method, f"{self._base}/{path}", self.host, self._scope, self.credentials,
             kind=kind, accept=accept, limit=limit, handled=handled,
@@ -110,6 +116,19 @@ class RepositoryReader:
             # from a CDN, carries none, which would read as "not limited".
             self._auth.sender.record_report(answer, self.host, account_of(self.credentials))
         return answer
+
+    def _hold_to_reserve(self) -> None:
+        """Refuse a pull the account's budget cannot spend and keep the reserve."""
+        if self.reserve is None:
+            return
+        sender = self._auth.sender
+        name = self.credentials.identity if self.credentials is not None else ANONYMOUS
+        budget = sender.ledger.snapshot(
+            self.host, account_of(self.credentials), sender.clock(), label=name
+        )
+        answer = budget.can_afford(1, self.reserve, needs="a signature lookup needs")
+        if not answer.allowed:
+            raise PullBudgetHeld(answer.reason, registry=self.host)
 
     def _validated_digest(self, value: str) -> str:
         try:

@@ -13,10 +13,13 @@ has (``known``) and asks nothing again. An interval tick passes its round's grid
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Mapping
 
+from imagerefresh.models import TargetSpec
 from imagerefresh.planner import DigestOutcome, Resolved, TargetKey, Unresolved
 from imagerefresh.planner.evidence import SignatureOutcome, SignaturesUnreadable
+from imagerefresh.planner.target.scope import shape_conflict
 from imagerefresh.reference import InvalidReference, parse, registry_host
 from imagerefresh.registry import RegistryUnavailable
 from imagerefresh.resolver import (
@@ -28,13 +31,14 @@ from imagerefresh.resolver import (
 )
 from imagerefresh.runtime.reads import TargetReads, WorkloadRead
 from imagerefresh.runtime.schedule import on_clock
-from imagerefresh.verifier import SignatureVerifier, VerifyRequest
+from imagerefresh.verifier import MAX_VERIFICATIONS_PER_TICK, SignatureVerifier, VerifyRequest
 
 __all__ = [
     "Digests",
     "Outcomes",
     "Signatures",
     "Verdicts",
+    "checked",
     "resolve_digests",
     "verify_signatures",
 ]
@@ -131,20 +135,38 @@ Signatures = dict[TargetKey, dict[str, SignatureOutcome]]
 Verdicts = Mapping[VerifyRequest, SignatureOutcome]
 
 
+def checked(found: TargetReads, key: TargetKey, target: TargetSpec, twice: set[TargetKey]) -> bool:
+    """Whether ``target`` passed the checks before any registry is asked about its signatures:
+    a namespace the policy may reach (only those are read), a workload read, readable and
+    present, its containers declared by this target alone, and the shape the policy declares
+    (the planner's Conflict, :func:`~imagerefresh.planner.target.scope.shape_conflict`)."""
+    read = found.reads.get(key)
+    if read is None or read.error is not None or read.unreadable is not None:
+        return False
+    if read.parsed is None or key in twice:
+        return False
+    if any((key, c.name) in found.claims for c in target.containers):
+        return False
+    return shape_conflict(target, key, read.parsed) is None
+
+
 def _verify_requests(
     found: TargetReads, digests: Digests
 ) -> dict[tuple[TargetKey, str], VerifyRequest]:
     """(target, container) → what verifying its desired digest asks: with ``spec.verify``, for
-    every container of a target read this tick whose desired digest is known (its pin, or what
-    its tag resolved to) — the digest a refresh would pin, or the one its pods already run."""
+    every container of a target that passed its checks this tick (:func:`checked`) whose
+    desired digest is known (its pin, or what its tag resolved to) — the digest a refresh
+    would pin, or the one its pods already run."""
     spec = found.view.spec
     if spec.verify is None:
         return {}
     keys, interval = spec.verify.keys, spec.interval.total_seconds()
+    reserve = spec.pull_budget.reserve
+    targets = [found.view.target_key(index) for index in range(len(spec.targets))]
+    twice = {key for key, count in Counter(targets).items() if count > 1}
     requests = {}
-    for index, target in enumerate(spec.targets):
-        key = found.view.target_key(index)
-        if key not in found.reads:
+    for key, target in zip(targets, spec.targets, strict=True):
+        if not checked(found, key, target, twice):
             continue
         for container in target.containers:
             outcome = digests.get(key, {}).get(container.name)
@@ -153,7 +175,12 @@ def _verify_requests(
                 continue
             host = registry_host(container.tracked.domain)
             requests[(key, container.name)] = VerifyRequest(
-                container.tracked, digest, keys, found.credentials.get((key, host)), interval
+                container.tracked,
+                digest,
+                keys,
+                found.credentials.get((key, host)),
+                interval,
+                reserve,
             )
     return requests
 
@@ -176,6 +203,11 @@ async def verify_signatures(
 
     ``known``: verdicts this tick already has; a digest not among them is not looked up (it
     is unreadable this tick) — for a tick that read again after waiting on a registry.
+
+    The policy pays for itself: at most
+    :data:`~imagerefresh.verifier.MAX_VERIFICATIONS_PER_TICK` digests are looked up (the rest
+    wait for its next tick), its checks wait for its own turn on the verification threads, and
+    no lookup takes an account's pull budget below the policy's ``pullBudget.reserve``.
     """
     requests = _verify_requests(found, digests)
     if known is not None:
@@ -188,10 +220,13 @@ async def verify_signatures(
             if round_at is not None
             else None
         )
+        view = found.view
         verdicts = await verifier.verify(
             requests.values(),
             since=on_clock(verifier.clock, asked_at) if asked_at is not None else None,
             round_at=judged_at,
+            owner=(view.namespace, view.name),
+            limit=MAX_VERIFICATIONS_PER_TICK,
         )
     signatures: Signatures = {}
     for (key, name), request in requests.items():

@@ -24,6 +24,7 @@ view is stale and it is given up — never written blindly over someone else's s
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -52,18 +53,21 @@ from imagerefresh.models import (
 from imagerefresh.models.base import format_timestamp
 from imagerefresh.models.status import MAX_TEXT
 from imagerefresh.planner import (
+    Cleared,
     Event,
     ImagePatch,
+    Permits,
     Plan,
     PolicyView,
+    Refusal,
     TargetKey,
-    UnsafePatch,
     owed_retry_at,
     reasons,
     revise_target,
 )
 from imagerefresh.planner.actions import HelperPodCreate, HelperPodDelete
 from imagerefresh.planner.podguard import UnsafePod
+from imagerefresh.runtime.clearance import Clearance, clear
 from imagerefresh.runtime.events import EventRecorder
 from imagerefresh.runtime.gather import Gathered
 from imagerefresh.runtime.reads import PolicyUnreadable
@@ -101,6 +105,7 @@ class Applied:
     conflicted: list[ImagePatch] = field(default_factory=list)  # preconditions failed
     unknown: list[ImagePatch] = field(default_factory=list)  # no answer: re-read next tick
     held: list[ImagePatch] = field(default_factory=list)  # not sent: intent not recorded
+    guarded: list[Refusal] = field(default_factory=list)  # refused by the write guard: a bug
     # Pre-pull helper pods created (or found existing): their pulls stay reserved.
     created: list[HelperPodCreate] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
@@ -114,12 +119,11 @@ class _Written:
     error: str | None = None  # why the status could not be written
 
 
-def _send(api: KubeApi, patch: ImagePatch) -> tuple[Sent, str, int | None]:
-    """Send one guarded patch: its outcome, a message, and the generation it produced."""
+def _send(api: KubeApi, cleared: Cleared[ImagePatch]) -> tuple[Sent, str, int | None]:
+    """Send one cleared patch: its outcome, a message, and the generation it produced."""
+    patch = cleared.write
     try:
-        obj = api.patch_images(patch)
-    except UnsafePatch as error:
-        return Sent.REFUSED, str(error), None
+        obj = api.patch_images(cleared)
     except (PreconditionFailed, ResourceConflict) as error:
         return (
             Sent.PRECONDITION_FAILED,
@@ -230,13 +234,18 @@ def _outcome_event(view: PolicyView, patch: ImagePatch, sent: Sent, message: str
 
 
 async def _patch(
-    api: KubeApi, plan: Plan, gathered: Gathered, now: datetime, applied: Applied
+    api: KubeApi,
+    cleared: list[Cleared[ImagePatch]],
+    gathered: Gathered,
+    now: datetime,
+    applied: Applied,
 ) -> None:
     view = gathered.tick.policy
     # Each patch is guarded on its own workload's images and no two name one workload: they
     # run concurrently, and what each outcome changes is then applied in the plan's order.
-    outcomes = await asyncio.gather(*(asyncio.to_thread(_send, api, p) for p in plan.patches))
-    for patch, (sent, message, generation) in zip(plan.patches, outcomes, strict=True):
+    outcomes = await asyncio.gather(*(asyncio.to_thread(_send, api, p) for p in cleared))
+    patches = [c.write for c in cleared]
+    for patch, (sent, message, generation) in zip(patches, outcomes, strict=True):
         {
             Sent.LANDED: applied.patched,
             Sent.REFUSED: applied.refused,
@@ -254,7 +263,11 @@ async def _patch(
 
 
 async def _create_helpers(
-    api: KubeApi, plan: Plan, gathered: Gathered, now: datetime, applied: Applied
+    api: KubeApi,
+    cleared: list[Cleared[HelperPodCreate]],
+    gathered: Gathered,
+    now: datetime,
+    applied: Applied,
 ) -> None:
     """Create the plan's helper pods, once the status recording their pre-pull landed. A pod
     refused for good (the pod guard, RBAC, an admission policy) holds its pre-pull as a failed
@@ -262,11 +275,11 @@ async def _create_helpers(
     same name is a 409, never a second pod)."""
     pods = HelperPodApi(api)
     outcomes = await asyncio.gather(
-        *(asyncio.to_thread(_create, pods, create) for create in plan.pod_creates)
+        *(asyncio.to_thread(_create, pods, create) for create in cleared)
     )
     view = gathered.tick.policy
     failed: set[TargetKey] = set()
-    for create, refusal in zip(plan.pod_creates, outcomes, strict=True):
+    for create, refusal in zip((c.write for c in cleared), outcomes, strict=True):
         if refusal is None:
             applied.created.append(create)
             continue
@@ -275,8 +288,8 @@ async def _create_helpers(
         failed.add(create.target)
         message = (
             f"the pre-pull could not create its helper pod on node {create.node}: {refusal}. "
-            "Nothing was patched. Fix what refuses it (the chart's prePull.enabled grants pods "
-            "create; an admission policy may refuse the pod), then reset to try again: "
+            "Nothing was patched and no helper pod is left. Fix what refused it, then reset to "
+            "try again: "
             f"imagerefresh reset {view.namespace}/{view.name}"
         )
         planned = _target(applied.status, create.target)
@@ -296,10 +309,11 @@ async def _create_helpers(
 _NO_ANSWER = "no answer"
 
 
-def _create(pods: HelperPodApi, create: HelperPodCreate) -> str | None:
+def _create(pods: HelperPodApi, cleared: Cleared[HelperPodCreate]) -> str | None:
     """None when the pod exists now; why it was refused for good; or :data:`_NO_ANSWER`."""
+    create = cleared.write
     try:
-        pods.create(create)
+        pods.create(cleared)
     except AlreadyExists:
         return None
     except UnsafePod as error:
@@ -336,14 +350,39 @@ def _unannounce(applied: Applied, patch: ImagePatch) -> None:
 
 
 def _record_events(
-    recorder: EventRecorder, policy: Mapping[str, Any], gathered: Gathered, events: list[Event]
+    recorder: EventRecorder,
+    policy: Mapping[str, Any],
+    gathered: Gathered,
+    events: list[Event],
+    status: PolicyStatus,
 ) -> None:
-    """Each event about the policy and, when it concerns a target, about that workload too."""
+    """Each event about the policy and, when it concerns a target, about that workload too;
+    and each as one log line (:func:`_log_decision`)."""
     for event in events:
+        _log_decision(gathered, event, status)
         recorder.record(policy, event.type, event.reason, event.message)
         workload = gathered.workloads.get(event.target) if event.target is not None else None
         if workload is not None:
             recorder.record(workload, event.type, event.reason, event.message)
+
+
+def _log_decision(gathered: Gathered, event: Event, status: PolicyStatus) -> None:
+    """A decision made known (an event) as one structured log line: policy, target, its phase
+    and desired digests, reason and message. Events stay in the cluster (and expire); the log
+    is what an edge's log collector ships off it (docs/migration.md, "The edge's telemetry")."""
+    view, target = gathered.tick.policy, event.target
+    key = (target.kind, target.namespace, target.name) if target is not None else None
+    found = next((t for t in status.targets if (t.kind, t.namespace, t.name) == key), None)
+    log.log(
+        logging.WARNING if event.type == "Warning" else logging.INFO,
+        "decision",
+        policy=f"{view.namespace}/{view.name}",
+        target=str(target) if target is not None else None,
+        phase=str(found.phase) if found is not None else None,
+        digests={c.name: c.desired for c in found.containers if c.desired} if found else {},
+        reason=event.reason,
+        message=event.message,
+    )
 
 
 def _carries(policy: Mapping[str, Any], status: PolicyStatus) -> bool:
@@ -401,23 +440,27 @@ async def apply_plan(
     api: KubeApi,
     now: datetime,
     events: EventRecorder,
+    permits: Permits,
 ) -> Applied:
-    """Apply ``plan`` to the cluster; returns what was done (its events are on their way)."""
+    """Apply ``plan`` to the cluster; returns what was done (its events are on their way).
+
+    Every write is cleared by the write guard over ``permits`` first (:mod:`.clearance`)."""
     view = gathered.tick.policy
-    applied = Applied(status=plan.status, events=list(plan.events))
-    if plan.patches or plan.pod_creates:
-        intent = await asyncio.to_thread(_write_status, api, policy, plan.status)
+    clearance = clear(plan, permits, view, now)
+    applied = _cleared(plan, clearance)
+    if clearance.patches or clearance.creates:
+        intent = await asyncio.to_thread(_write_status, api, policy, applied.status)
         if intent.error is not None:
-            applied.held = list(plan.patches)
-            for patch in plan.patches:
+            applied.held = [c.write for c in clearance.patches]
+            for patch in applied.held:
                 _unannounce(applied, patch)
             applied.events = [e for e in applied.events if e.reason != reasons.PRE_PULLING]
             applied.events.append(_not_written(view, intent.error, applied.held))
-            _record_events(events, policy, gathered, applied.events)
+            _record_events(events, policy, gathered, applied.events, applied.status)
             return applied
         policy, applied.status_written = intent.policy, intent.written
-        await _patch(api, plan, gathered, now, applied)
-        await _create_helpers(api, plan, gathered, now, applied)
+        await _patch(api, clearance.patches, gathered, now, applied)
+        await _create_helpers(api, clearance.creates, gathered, now, applied)
     outcome = await asyncio.to_thread(_write_status, api, policy, applied.status)
     if outcome.error is None:
         await _delete_helpers(api, plan)
@@ -427,7 +470,27 @@ async def apply_plan(
             "status not written", policy=f"{view.namespace}/{view.name}", error=outcome.error
         )
         applied.events.append(_not_written(view, outcome.error, []))
-    _record_events(events, policy, gathered, applied.events)
+    _record_events(events, policy, gathered, applied.events, applied.status)
+    return applied
+
+
+def _cleared(plan: Plan, clearance: Clearance) -> Applied:
+    """What is applied of ``plan`` once the guard has cleared its writes: the refused ones'
+    announcements dropped, their refusals reported."""
+    applied = Applied(
+        status=clearance.status,
+        events=[*plan.events, *clearance.events],
+        guarded=list(clearance.refused),
+    )
+    for refusal in clearance.refused:
+        if isinstance(refusal.write, ImagePatch):
+            _unannounce(applied, refusal.write)
+        else:
+            applied.events = [
+                e
+                for e in applied.events
+                if not (e.target == refusal.write.target and e.reason == reasons.PRE_PULLING)
+            ]
     return applied
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from imagerefresh.offline import KUBELET_IMAGE_CAP
 from imagerefresh.planner import NamespacePolicy
+from imagerefresh.planner.helperpod import DEFAULT_RUN_AS, RunAs
 from imagerefresh.registry import DEFAULT_DEADLINE
 
 __all__ = ["OperatorConfig", "parse_namespace_pairs"]
@@ -63,6 +64,8 @@ class OperatorConfig:
     # its refreshes (PrePullNotAllowed) rather than switching without the pull.
     pre_pull_pods: bool = False
     pre_pull_max_deadline: int = 3_600  # seconds a helper pod may live, at most
+    # The helper pods' numeric user and group; RunAs(None, None): the platform assigns them.
+    pre_pull_run_as: RunAs = DEFAULT_RUN_AS
     # Workloads and pods are read from watch-fed copies where synced (runtime/watches): off,
     # every tick reads them from the API server and rollouts are polled. On by default, as
     # `imagerefresh run` is.

@@ -28,6 +28,7 @@ from imagerefresh.runtime.answers import Digests, Signatures, resolve_digests, v
 from imagerefresh.runtime.config import OperatorConfig
 from imagerefresh.runtime.nodes import NodeReads
 from imagerefresh.runtime.reads import TargetReads, WorkloadRead, read_targets, unreadable_message
+from imagerefresh.runtime.restorable import RollbackEvidence, rollback_evidence
 from imagerefresh.verifier import SignatureVerifier
 
 __all__ = ["Gathered", "assemble", "budgets", "gather"]
@@ -51,6 +52,7 @@ def _evidence(
     digests: Mapping[str, DigestOutcome],
     identities: Mapping[str, str],
     signatures: Mapping[str, SignatureOutcome],
+    children: Mapping[str, frozenset[str]],
 ) -> TargetEvidence:
     if read.error is not None:
         return TargetEvidence(error=read.error)
@@ -69,6 +71,8 @@ def _evidence(
         signatures,
         helpers=read.helpers,
         helpers_error=read.helpers_error,
+        previous_template=read.previous_template,
+        children=children,
     )
 
 
@@ -81,14 +85,21 @@ def assemble(
     *,
     follow_up: bool = False,
     signatures: Signatures | None = None,
+    rollbacks: RollbackEvidence | None = None,
 ) -> Gathered:
     """The planner's input from a tick's reads, digests and (with ``spec.verify``) signature
-    verdicts (``budgets``: see :func:`budgets`)."""
+    verdicts (``budgets``: see :func:`budgets`); ``rollbacks``: what the targets with a
+    rollout of ours in flight may be rolled back to (verdicts, indexes' children)."""
     view = found.view
     verdicts = signatures or {}
+    restorable = rollbacks or RollbackEvidence()
     evidence = {
         key: _evidence(
-            read, digests.get(key, {}), found.identities.get(key, {}), verdicts.get(key, {})
+            read,
+            digests.get(key, {}),
+            found.identities.get(key, {}),
+            verdicts.get(key, {}),
+            restorable.children.get(key, {}),
         )
         for key, read in found.reads.items()
     }
@@ -112,6 +123,8 @@ def assemble(
         nodes=found.nodes,
         pre_pull_pods=config.pre_pull_pods,
         pre_pull_max_deadline=config.pre_pull_max_deadline,
+        pre_pull_run_as=config.pre_pull_run_as,
+        verified=restorable.verified,
     )
     return Gathered(tick, workloads, found.accounts)
 
@@ -168,9 +181,9 @@ async def gather(
         nodes=nodes,
     )
     digests, _ = await resolve_digests(found, resolver, follow_up=follow_up, asked_at=asked_at)
-    signatures, _ = await verify_signatures(
-        found, digests, verifier or SignatureVerifier(resolver.client), asked_at=asked_at
-    )
+    verifier = verifier or SignatureVerifier(resolver.client)
+    signatures, _ = await verify_signatures(found, digests, verifier, asked_at=asked_at)
+    rollbacks = await rollback_evidence(found, resolver, verifier, asked_at=asked_at)
     return assemble(
         found,
         digests,
@@ -179,4 +192,5 @@ async def gather(
         budgets(ledger, found.accounts),
         follow_up=follow_up,
         signatures=signatures,
+        rollbacks=rollbacks,
     )

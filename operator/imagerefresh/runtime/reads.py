@@ -11,6 +11,31 @@ resolved with (its pull secret's credentials) is decided here too; the registry 
 
 With watches on, workloads and pods come from the watch-fed copies (:mod:`.watches`) wherever
 those are synced, and from the API server wherever they are not: a tick never learns which.
+
+**A verdict that writes reads the object, not a copy.** A copy may lag behind the API server
+— by an event in flight, or by a stream that fell silent and is not yet taken for dead — and a
+verdict drawn from a stale copy writes something wrong for good: our own landed patch read as
+someone's revert (a contested attempt, the refresh dropped, a failing build never rolled back),
+a rollout that progressed read as stalled (rolled back, its good build barred). So a target's
+workload *and its pods* are read directly when its copy:
+
+- is older than our last landed patch of it: its ``metadata.generation`` below the one the
+  patch produced, as the operator remembers it (:mod:`.watches`, which then reports nothing
+  for the copy) or as status claims it (``pending.generation``). Status is a claim anyone with
+  access to the status subresource may write: a forged, higher generation costs a direct read
+  and decides nothing — the verdict is still drawn from the object as the API server holds it;
+- or could yield a verdict that writes on the pending patch of ours in flight: the workload,
+  or the patch's images, are not in it (a deletion, a revert, a contest, a patch that never
+  landed: each counts or sends something), its progress deadline has passed (a failure, a
+  rollback, builds barred on what the pods ran), or the controller reports the rollout failed.
+
+Pods feed the same verdicts (a failed build is barred only if its pods ran it; a refresh
+succeeds on what they run), from a stream of their own that may lag the workload's. Besides
+being read directly with their workload above, the pods of a rollout in flight are read
+directly when its copy reports it settled but its status counts another number of pods than
+the pods' copy holds: one of the two streams is behind, and the moment of a success verdict is
+no time to guess which. The rest — an idle target, a rollout in progress — is decided on the
+copies, and a write drawn from them still carries its precondition.
 """
 
 from __future__ import annotations
@@ -18,8 +43,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import structlog
 from pydantic import ValidationError
 
 from imagerefresh.credentials import ANONYMOUS, Credentials, credentials_for
@@ -27,7 +54,7 @@ from imagerefresh.kube.api import KubeApi, ReadCache
 from imagerefresh.kube.errors import KubeError
 from imagerefresh.kube.pods import HelperPodApi
 from imagerefresh.kube.selectors import InvalidSelector, label_selector
-from imagerefresh.models import ContainerSpec, PolicySpec, PolicyStatus
+from imagerefresh.models import ContainerSpec, PendingRefresh, PolicySpec, PolicyStatus
 from imagerefresh.offline import NodeInventory
 from imagerefresh.planner import ObservedPod, PolicyView, TargetKey, Workload, in_flight
 from imagerefresh.planner.helperpod import LABEL as HELPER_LABEL
@@ -35,10 +62,12 @@ from imagerefresh.planner.helperpod import HelperPod
 from imagerefresh.planner.windows import WINDOW_OVERRIDE_ANNOTATION
 from imagerefresh.reference import InvalidReference, parse, registry_host
 from imagerefresh.resolver import ResolutionKey
+from imagerefresh.rollout import RolloutState, rollout_verdict
 from imagerefresh.runtime.config import OperatorConfig
 from imagerefresh.runtime.nodes import NodeReads
+from imagerefresh.runtime.revisions import PreviousRevisions
 from imagerefresh.runtime.schedule import on_clock
-from imagerefresh.runtime.watches import EvidenceWatches
+from imagerefresh.runtime.watches import EvidenceWatches, WatchedPod
 
 __all__ = [
     "RESET_ANNOTATION",
@@ -53,6 +82,8 @@ __all__ = [
 ]
 
 RESET_ANNOTATION = "images.tracebloc.io/reset"
+
+log = structlog.get_logger(__name__)
 
 
 @dataclass
@@ -74,6 +105,23 @@ class WorkloadRead:
     secrets: list[dict[str, Credentials]] = field(default_factory=list)
     error: str | None = None
     unreadable: str | None = None  # an object the API returned that we cannot read
+    watched: bool = False  # the workload came from a watch-fed copy
+    direct_pods: bool = False  # its pods are read from the API server, never from a copy
+    in_flight: bool = False  # a patch of ours is pending on it (status)
+    # With a patch of ours in flight: the images of the workload's previous revision (what a
+    # rollback may restore; None when none is kept or it was not read), and why not read.
+    previous_template: dict[str, str] | None = None
+    revisions_error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OurWrite:
+    """What status records of our patch on a target: the pending patch (None: none in
+    flight) and the progress deadline it runs to. Claims, never permissions: each can at most
+    make the workload be read directly."""
+
+    pending: PendingRefresh | None
+    timeout: timedelta
 
 
 class PolicyUnreadable(ValueError):
@@ -134,15 +182,68 @@ def policy_view(policy: Mapping[str, Any], *, follow_up: bool = False) -> Policy
     )
 
 
-def _read_workload(api: KubeApi, key: TargetKey, watches: EvidenceWatches | None) -> WorkloadRead:
+def _read_workload(
+    api: KubeApi,
+    key: TargetKey,
+    watches: EvidenceWatches | None,
+    ours: OurWrite | None = None,
+    now: datetime | None = None,
+) -> WorkloadRead:
+    pending = ours.pending if ours is not None else None
+    direct = False
     if watches is not None:
         known, workload = watches.workload(key)
-        if known:
-            return WorkloadRead(workload)
+        why = _stale_for_a_verdict(workload, ours, now) if known else None
+        if known and why is None:
+            return WorkloadRead(workload, watched=True, in_flight=pending is not None)
+        if not known and watches.behind(key):
+            why = "it is older than our last landed patch"
+        if why is not None:
+            log.debug("read directly: the copy may not decide", workload=str(key), why=why)
+            direct = True
     try:
-        return WorkloadRead(api.read_workload(key.kind, key.namespace, key.name))
+        found = api.read_workload(key.kind, key.namespace, key.name)
     except KubeError as error:
         return WorkloadRead(error=str(error))
+    return WorkloadRead(found, direct_pods=direct, in_flight=pending is not None)
+
+
+def _stale_for_a_verdict(
+    copy: Mapping[str, Any] | None, ours: OurWrite | None, now: datetime | None
+) -> str | None:
+    """Why the copy of a workload may not be decided on (see the module docs); None: it may."""
+    if ours is None or ours.pending is None:
+        return None  # nothing of ours in flight: the planner draws no verdict that writes
+    if copy is None:
+        return "the workload our pending patch is on is not in it"
+    pending = ours.pending
+    metadata = copy.get("metadata") or {}
+    generation = metadata.get("generation")
+    if pending.generation is not None and (
+        not isinstance(generation, int) or generation < pending.generation
+    ):
+        return (
+            f"its generation {generation} is below the {pending.generation} status says our "
+            "patch produced"
+        )
+    try:
+        template = copy["spec"]["template"]["spec"]
+        live = {
+            c["name"]: c.get("image")
+            for section in ("initContainers", "containers")
+            for c in template.get(section) or ()
+        }
+        verdict = rollout_verdict(copy)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return "it cannot be read (the object decides how)"
+    if any(live.get(name) != image for name, image in pending.images.items()):
+        return "the images of our pending patch are not all in it"
+    if verdict.state is RolloutState.FAILED and verdict.failed_since(pending.started_at):
+        return "the controller reports our rollout failed"
+    since = pending.progressed_at or pending.started_at
+    if pending.settled_at is None and (now or datetime.now(UTC)) - since > ours.timeout:
+        return "our rollout's progress deadline has passed"
+    return None
 
 
 def _read_secrets(api: KubeApi, key: TargetKey, read: WorkloadRead, cache: ReadCache) -> None:
@@ -159,11 +260,7 @@ def _read_pods(
 ) -> None:
     selectors = [(read.workload or {})["spec"].get("selector") or {} for read in reads]
     if watches is not None:
-        unknown = [
-            (read, selector)
-            for read, selector in zip(reads, selectors, strict=True)
-            if not _watched_pods(watches, namespace, read, selector)
-        ]
+        unknown = _watched_pods(watches, namespace, reads, selectors)
         if not unknown:
             return
         reads, selectors = [read for read, _ in unknown], [selector for _, selector in unknown]
@@ -178,22 +275,57 @@ def _read_pods(
 
 
 def _watched_pods(
-    watches: EvidenceWatches, namespace: str, read: WorkloadRead, selector: Mapping[str, Any]
-) -> bool:
-    """The workload's pods from the watched copy; False when it cannot say (read directly)."""
+    watches: EvidenceWatches,
+    namespace: str,
+    reads: list[WorkloadRead],
+    selectors: list[Mapping[str, Any]],
+) -> list[tuple[WorkloadRead, Mapping[str, Any]]]:
+    """The workloads' pods from the watched copy, where it may answer; the reads (and their
+    selectors) it may not answer for, to be read directly."""
+    asked: list[tuple[WorkloadRead, Mapping[str, Any]]] = []
+    unknown: list[tuple[WorkloadRead, Mapping[str, Any]]] = []
+    for read, selector in zip(reads, selectors, strict=True):
+        try:
+            label_selector(selector)  # one that cannot be a query is reported by the direct read
+        except InvalidSelector:
+            unknown.append((read, selector))
+            continue
+        (unknown if read.direct_pods else asked).append((read, selector))
+    if not asked:
+        return unknown
+    found = watches.pods_of(namespace, [selector for _, selector in asked])
+    for (read, selector), watched in zip(asked, found, strict=True):
+        if watched is None or (read.in_flight and _counts_disagree(read, watched)):
+            unknown.append((read, selector))
+            continue
+        unreadable = next((p.pod for p in watched if isinstance(p.pod, str)), None)
+        if unreadable is not None:
+            read.unreadable = unreadable
+        else:
+            read.pods = tuple(p.pod for p in watched if not isinstance(p.pod, str))
+    return unknown
+
+
+def _counts_disagree(read: WorkloadRead, watched: list[WatchedPod]) -> bool:
+    """Whether a rollout the workload reports settled counts another number of pods than the
+    pods' copy holds (one of the two streams is behind: the pods are read directly)."""
+    workload = read.workload or {}
     try:
-        label_selector(selector)  # one that cannot be a query is reported by the direct read
-    except InvalidSelector:
-        return False
-    watched = watches.pods(namespace, selector)
-    if watched is None:
-        return False
-    unreadable = next((p.pod for p in watched if isinstance(p.pod, str)), None)
-    if unreadable is not None:
-        read.unreadable = unreadable
-    else:
-        read.pods = tuple(p.pod for p in watched if not isinstance(p.pod, str))
-    return True
+        if not rollout_verdict(workload).settled:
+            return False
+        status = workload.get("status") or {}
+        if workload.get("kind") == "DaemonSet":
+            counted = int(status.get("currentNumberScheduled") or 0) + int(
+                status.get("numberMisscheduled") or 0
+            )
+        else:
+            counted = int(status.get("replicas") or 0)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return True  # the direct read reports what cannot be read
+    disagree = counted != sum(1 for pod in watched if pod.counted)
+    if disagree:
+        log.debug("read directly: the workload counts other pods than the copy holds")
+    return disagree
 
 
 def _read_helpers(api: KubeApi, namespace: str, reads: list[WorkloadRead]) -> None:
@@ -255,6 +387,10 @@ async def _read_all(
     shared: ReadCache | None,
     pre_pulling: frozenset[TargetKey] = frozenset(),
     watches: EvidenceWatches | None = None,
+    ours: Mapping[TargetKey, OurWrite] | None = None,
+    now: datetime | None = None,
+    flying: frozenset[TargetKey] = frozenset(),
+    revisions: PreviousRevisions | None = None,
 ) -> dict[TargetKey, WorkloadRead]:
     """Every target's workload, then (concurrently) its pods and pull secrets.
 
@@ -270,7 +406,10 @@ async def _read_all(
         async with gate:
             return await asyncio.to_thread(call, api, *args)
 
-    found = await asyncio.gather(*(bounded(_read_workload, key, watches) for key in keys))
+    recorded = ours or {}
+    found = await asyncio.gather(
+        *(bounded(_read_workload, key, watches, recorded.get(key), now) for key in keys)
+    )
     reads = dict(zip(keys, found, strict=True))
     present = {key: read for key, read in reads.items() if read.workload is not None}
     by_namespace: dict[str, list[WorkloadRead]] = {}
@@ -287,8 +426,35 @@ async def _read_all(
         ),
         *(bounded(_read_helpers, namespace, group) for namespace, group in helpers.items()),
         *(bounded(_read_secrets, key, read, cache) for key, read in present.items()),
+        *(
+            bounded(_read_revisions, read, revisions)
+            for key, read in present.items()
+            if key in flying
+        ),
     )
     return {key: _reduced(read) for key, read in reads.items()}
+
+
+def _read_revisions(api: KubeApi, read: WorkloadRead, revisions: PreviousRevisions | None) -> None:
+    """The previous revision of a workload with a patch of ours in flight (what a rollback
+    may restore); a failure to read it proves nothing, and says why."""
+    assert read.workload is not None
+    reader = revisions if revisions is not None else PreviousRevisions()
+    read.previous_template, read.revisions_error = reader.read(api, read.workload)
+    if read.revisions_error is not None:
+        log.warning("previous revision unreadable", error=read.revisions_error)
+
+
+def _our_writes(view: PolicyView, keys: list[TargetKey]) -> dict[TargetKey, OurWrite]:
+    """What status records of our patches on the policy's targets (see :class:`OurWrite`)."""
+    recorded = {(t.kind, t.namespace, t.name): t.pending for t in view.status.targets}
+    ours = {}
+    for index, target in enumerate(view.spec.targets):
+        key = keys[index]
+        pending = recorded.get((key.kind, key.namespace, key.name))
+        timeout = target.rollout_timeout or view.spec.rollout_timeout
+        ours[key] = OurWrite(pending, timeout)
+    return ours
 
 
 def _pre_pulling(view: PolicyView, keys: list[TargetKey]) -> frozenset[TargetKey]:
@@ -378,14 +544,17 @@ async def read_targets(
     round_at: float | None = None,
     nodes: NodeReads | None = None,
     watches: EvidenceWatches | None = None,
+    now: datetime | None = None,
+    revisions: PreviousRevisions | None = None,
 ) -> TargetReads:
     """The API half of a tick's evidence: the policy's view, its workloads, pods and pull
     secrets, and what each container's tag is to be resolved with (see :func:`gather`).
     ``nodes``: where the nodes' image lists come from (none: node reads are off).
     ``round_at`` (epoch seconds): an interval tick's grid instant — it shares the reads of its
     round in ``shared_reads`` (see :meth:`ReadCache.for_round`); a tick asked for shares none.
-    ``watches``: the watch-fed copies of workloads and pods, read where synced (none: every
-    read goes to the API server)."""
+    ``watches``: the watch-fed copies of workloads and pods, read where synced and fit for
+    the verdicts they may lead to (none: every read goes to the API server). ``now``: the
+    instant a progress deadline is measured at (the wall clock when None)."""
     view = policy_view(policy, follow_up=follow_up)
     spec = view.spec
     found = TargetReads(view, claimed_elsewhere or {})
@@ -403,6 +572,10 @@ async def read_targets(
         _shared(shared_reads, round_at) if asked_at is None else None,
         _pre_pulling(view, keys) if config.pre_pull_pods and not follow_up else frozenset(),
         watches,
+        _our_writes(view, keys) if watches is not None else None,
+        now,
+        in_flight(spec, view.status, view.namespace).workloads,
+        revisions,
     )
     if nodes is not None and nodes.enabled and reachable:
         found.reads, found.nodes = await asyncio.gather(workloads, nodes.current(asked_at))

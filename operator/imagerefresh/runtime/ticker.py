@@ -30,6 +30,7 @@ from imagerefresh.planner import (
     TargetKey,
     TickInput,
     in_flight,
+    permits,
     plan_tick,
     reasons,
 )
@@ -44,6 +45,8 @@ from imagerefresh.runtime.events import EventRecorder
 from imagerefresh.runtime.gather import Gathered, assemble, budgets, gather
 from imagerefresh.runtime.nodes import NodeReads
 from imagerefresh.runtime.reads import PolicyUnreadable, TargetReads, read_targets
+from imagerefresh.runtime.restorable import RollbackEvidence, rollback_evidence
+from imagerefresh.runtime.revisions import PreviousRevisions
 from imagerefresh.runtime.schema import CrdCheck
 from imagerefresh.runtime.watches import EvidenceWatches
 from imagerefresh.verifier import SignatureVerifier
@@ -111,6 +114,8 @@ class PolicyTicker:
         # share registry answers: within the resolution window (from the grid instant, for a
         # round's ticks), never older than it.
         self.shared_reads = ReadCache(lifetime=config.resolution_window, horizon=ROUND_HORIZON)
+        # What a rollback may restore: each in-flight workload's previous revision, per generation.
+        self.revisions = PreviousRevisions()
         # The nodes' image lists are the cluster's: one LIST per round of ticks, for all.
         self.nodes = NodeReads(api, config)
         # What the targets name, watched (the scheduler listens for their changes).
@@ -213,6 +218,9 @@ class PolicyTicker:
                 signatures, verdicts = await verify_signatures(
                     found, digests, self.verifier, asked_at=asked_at, round_at=round_at
                 )
+                rollbacks = await rollback_evidence(
+                    found, self.resolver, self.verifier, asked_at=asked_at
+                )
             finally:
                 if resolving is not None:
                     resolving(False)
@@ -227,7 +235,9 @@ class PolicyTicker:
                     signatures, _ = await verify_signatures(
                         found, digests, self.verifier, known=verdicts
                     )
-                result = await self._decide(policy, found, digests, signatures, follow_up, round_at)
+                result = await self._decide(
+                    policy, found, digests, signatures, rollbacks, follow_up, round_at
+                )
                 ticks.decided += 1
             outcome = "ok"
             return result
@@ -269,6 +279,7 @@ class PolicyTicker:
                 round_at=round_at,
                 nodes=self.nodes,
                 watches=self.watches,
+                revisions=self.revisions,
             )
         except PolicyUnreadable as error:
             await self._unreadable(policy, error, self.clock())
@@ -281,16 +292,25 @@ class PolicyTicker:
         found: TargetReads,
         digests: Digests,
         signatures: Signatures,
+        rollbacks: RollbackEvidence,
         follow_up: bool,
         round_at: float | None,
     ) -> TickOutcome:
         """Plan on the evidence, apply the plan, and say what is in flight."""
         now = self.clock()
         gathered = assemble(
-            found, digests, now, self.config, follow_up=follow_up, signatures=signatures
+            found,
+            digests,
+            now,
+            self.config,
+            follow_up=follow_up,
+            signatures=signatures,
+            rollbacks=rollbacks,
         )
-        plan, reservations, planning = await self._plan(gathered)
-        applied = await apply_plan(plan, policy, gathered, self.api, now, self.events)
+        plan, reservations, planning, tick = await self._plan(gathered)
+        applied = await apply_plan(
+            plan, policy, gathered, self.api, now, self.events, permits(tick)
+        )
         landed = {*applied.patched, *applied.unknown, *applied.created}
         for patch, held in reservations:
             if patch not in landed:
@@ -308,16 +328,17 @@ class PolicyTicker:
 
     async def _plan(
         self, gathered: Gathered
-    ) -> tuple[Plan, list[tuple[ImagePatch | HelperPodCreate, Reservation]], float]:
+    ) -> tuple[Plan, list[tuple[ImagePatch | HelperPodCreate, Reservation]], float, TickInput]:
         """Plan on the budget as it is now, and reserve the pulls of the refreshes planned —
-        before any other tick reads the budget; and how long planning took (seconds)."""
+        before any other tick reads the budget; how long planning took (seconds), and the
+        input it planned on (what the write guard checks the plan's writes against)."""
         async with self._budget:
             tick = replace(gathered.tick, budgets=budgets(self.ledger, gathered.accounts))
             loop = asyncio.get_running_loop()
             started = time.monotonic()
             plan = await loop.run_in_executor(self._planner, self._planned, tick)
             took = time.monotonic() - started
-            return plan, self._reserve(plan, gathered), took
+            return plan, self._reserve(plan, gathered), took, tick
 
     def _planned(self, tick: TickInput) -> Plan:
         if self.config.planning_delay > 0:  # tests: planning that takes the CPU for a while
@@ -396,12 +417,15 @@ class PolicyTicker:
                 self.metrics.refreshes.labels(namespace, name, results[event.reason]).inc()
         if applied.status_written:
             self.metrics.status_writes.labels(namespace, name).inc()
+        if applied.guarded:
+            self.metrics.write_refusals.labels(namespace, name).inc(len(applied.guarded))
         log.info(
             "tick",
             policy=f"{namespace}/{name}",
             phase=str(applied.status.phase),
             patched=[str(p.target) for p in applied.patched],
             refused=[str(p.target) for p in applied.refused],
+            guard_refused=[str(r.write.target) for r in applied.guarded],
             events=[e.reason for e in applied.events],
             status_written=applied.status_written,
             follow_up=gathered.tick.follow_up,

@@ -22,14 +22,21 @@ in this order:
    writes, in-toto v1;
 5. the Statement has exactly one subject, and its digest is ``D`` and nothing else.
 
-A Statement names no repository, so a bundle carries no repository claim. The bundle's key
-hint, certificate and transparency-log entries are not used: verification is by the listed
-keys only, offline.
+A Statement names no repository, so a bundle carries no repository claim: a bundle made for
+the same digest in another repository, and copied next to this one, counts. The bundle's
+certificate and transparency-log entries are not used: verification is by the listed keys
+only, offline. Its key hint (``verificationMaterial.publicKey.hint``: the base64 sha256 of
+the signing key's DER, which ``cosign sign --key`` writes) and a signature's ``keyid`` in the
+same form only order the keys: the key they name is tried first, then every other listed key.
+At most :data:`MAX_ENVELOPE_SIGNATURES` signatures of an envelope are tried (cosign writes one).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import base64
+import binascii
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from pydantic import Field
 
@@ -58,6 +65,7 @@ __all__ = [
     "COSIGN_SIGN_PREDICATE",
     "IN_TOTO_PAYLOAD",
     "IN_TOTO_STATEMENT",
+    "MAX_ENVELOPE_SIGNATURES",
     "bundle_layer",
     "fallback_tag",
     "pae",
@@ -69,8 +77,10 @@ BUNDLE_MEDIA_TYPE = "application/vnd.dev.sigstore.bundle.v0.3+json"
 IN_TOTO_PAYLOAD = "application/vnd.in-toto+json"
 IN_TOTO_STATEMENT = "https://in-toto.io/Statement/v1"
 COSIGN_SIGN_PREDICATE = "https://sigstore.dev/cosign/sign/v1"
-# An envelope signed by more parties than keys are tried is not cosign's (it writes one).
-_MAX_ENVELOPE_SIGNATURES = MAX_CANDIDATES
+# An envelope signed by more parties than this is not cosign's (it writes one); each costs a
+# check per listed key.
+MAX_ENVELOPE_SIGNATURES = MAX_CANDIDATES
+_SHA256_BYTES = 32
 # A referrer may be listed with the empty artifact type, or none, and still be a bundle.
 _BUNDLE_ARTIFACT_TYPES = (BUNDLE_MEDIA_TYPE, OCI_EMPTY, None)
 
@@ -153,21 +163,22 @@ def verify_bundle(
     """The key by which the bundle in ``blob`` signs ``digest``; else raise
     :class:`~imagerefresh.signatures.errors.Rejected` naming the first check that failed."""
     data = check_blob(layer, blob, what="the bundle", limit=MAX_BUNDLE_BYTES)
-    bundle = parse_model(
-        _Bundle, load_json(data, what="the bundle", limit=MAX_BUNDLE_BYTES), what="the bundle"
-    )
+    raw = load_json(data, what="the bundle", limit=MAX_BUNDLE_BYTES)
+    bundle = parse_model(_Bundle, raw, what="the bundle")
     if bundle.media_type != BUNDLE_MEDIA_TYPE:
         raise Rejected(Failure.WRONG_TYPE, f"the bundle is a {bundle.media_type!r}")
     envelope = bundle.dsse_envelope
     if envelope is None:
         raise Rejected(Failure.WRONG_TYPE, "the bundle holds no DSSE envelope")
-    if not 1 <= len(envelope.signatures) <= _MAX_ENVELOPE_SIGNATURES:
+    if not 1 <= len(envelope.signatures) <= MAX_ENVELOPE_SIGNATURES:
         failure = Failure.BAD_SIGNATURE if not envelope.signatures else Failure.TOO_LARGE
         raise Rejected(failure, f"the envelope holds {len(envelope.signatures)} signatures")
     body = decode_base64(envelope.payload, what="the envelope's payload")
     message = pae(envelope.payload_type, body)
     signatures = [decode_base64(s.sig, what="an envelope signature") for s in envelope.signatures]
-    key = next((key for key in keys if any(key.verifies(sig, message) for sig in signatures)), None)
+    hint = _fingerprint(_hint(raw))
+    named = [(hint, _fingerprint(s.keyid)) for s in envelope.signatures]
+    key = _signing_key(keys, signatures, named, message)
     if key is None:
         raise Rejected(Failure.BAD_SIGNATURE, "no listed key verifies the envelope")
     # The payload type is read only now: it is part of what was signed.
@@ -189,3 +200,44 @@ def verify_bundle(
             Failure.SUBJECT_MISMATCH, f"the statement's subjects are {subjects}, not {digest}"
         )
     return key
+
+
+def _hint(document: Mapping[str, Any]) -> object:
+    """``verificationMaterial.publicKey.hint``, whatever it is (None when absent)."""
+    material = document.get("verificationMaterial")
+    public_key = material.get("publicKey") if isinstance(material, dict) else None
+    return public_key.get("hint") if isinstance(public_key, dict) else None
+
+
+def _fingerprint(named: object) -> str | None:
+    """The key fingerprint a hint names (base64 of the sha256 of the key's DER, as cosign
+    writes it); None for anything else — a hint is an order, never a reason to refuse."""
+    if not isinstance(named, str):
+        return None
+    try:
+        digest = base64.b64decode(named, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    return "sha256:" + digest.hex() if len(digest) == _SHA256_BYTES else None
+
+
+def _signing_key(
+    keys: Sequence[PublicKey],
+    signatures: Sequence[bytes],
+    named: Sequence[tuple[str | None, str | None]],
+    message: bytes,
+) -> PublicKey | None:
+    """The listed key that made one of ``signatures`` over ``message``: first each signature
+    under the keys it names (``named``: the bundle's hint, the signature's keyid), then under
+    every other listed key. Each (signature, key) pair is checked once at most."""
+    tried: set[tuple[int, str]] = set()
+    for index, signature in enumerate(signatures):
+        for key in (k for k in keys if k.fingerprint in named[index]):
+            tried.add((index, key.fingerprint))
+            if key.verifies(signature, message):
+                return key
+    for key in keys:
+        for index, signature in enumerate(signatures):
+            if (index, key.fingerprint) not in tried and key.verifies(signature, message):
+                return key
+    return None

@@ -77,7 +77,7 @@ def conclude(decision: Decision, workload: Workload, comparison: Comparison) -> 
         if decision.locked:
             return decision.finish(Phase.LOCKED, decision.locked_message("now current"))
         return decision.finish(Phase.CURRENT, "running the desired digests")
-    return refresh(decision, workload, dict(comparison.drifted), note)
+    return refresh(decision, workload, dict(comparison.drifted), note, comparison.current)
 
 
 def _is_current(

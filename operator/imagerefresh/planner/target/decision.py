@@ -34,6 +34,7 @@ from imagerefresh.offline import NodeInventory
 from imagerefresh.planner import reasons
 from imagerefresh.planner.actions import Event, HelperPodCreate, ImageChange, ImagePatch
 from imagerefresh.planner.evidence import Account, Resolved, TargetEvidence, TargetKey, Workload
+from imagerefresh.planner.helperpod import DEFAULT_RUN_AS, RunAs
 from imagerefresh.planner.lockstep import Judged, LockstepOrders, LockstepReport
 from imagerefresh.planner.windows import OPEN, WindowState
 from imagerefresh.reference import InvalidReference, parse
@@ -67,6 +68,10 @@ class TargetContext:
     nodes: NodeInventory | None = None  # the nodes' image lists; None: node reads are off
     pre_pull_pods: bool = False  # the operator may create pre-pull helper pods
     pre_pull_max_deadline: int = 3_600  # seconds a helper pod may live, at most
+    pre_pull_run_as: RunAs = DEFAULT_RUN_AS  # the helper pods' user and group
+    # With spec.verify: (repository, digest) verified in the operator's memory (a rollback's
+    # digest must be one).
+    verified: frozenset[tuple[str, str]] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +84,7 @@ class Hold:
     warning: bool = False
     until: datetime | None = None  # when it may pass (a cooldown's end): the policy ticks then
     degraded: bool = False  # unreadable evidence: the tick is Degraded
+    rate_limited: bool = False  # held for the pull budget: the tick is RateLimited
 
 
 @dataclass(slots=True)
@@ -172,6 +178,8 @@ class Decision:
         self.holds.append(hold)
         if hold.degraded:
             self.outcome.degraded = True
+        if hold.rate_limited:
+            self.outcome.rate_limited = True
         if hold.until is not None:
             wake = self.outcome.wake_at
             self.outcome.wake_at = hold.until if wake is None else min(wake, hold.until)

@@ -5,7 +5,10 @@ The spec's step j. A container is refreshed to digest D only when every gate let
 1. **signature** (with ``spec.verify``): D carries a valid signature by a listed key. Unsigned,
    signed by another key, for another digest or repository, or tampered: the target is
    Untrusted (a Warning naming D and the check that failed). Signatures that could not be read
-   (anything but a 404 everywhere) hold D too, as unreadable evidence: Error, Degraded. Digest
+   (anything but a 404 everywhere) hold D too, as unreadable evidence: Error, Degraded.
+   Signatures not looked up yet hold D without blame: the policy's verifications for the tick
+   were used up (Waiting, VerificationQueued; the next tick looks them up), or the lookup would
+   take the pull budget below its reserve (Deferred, VerificationDeferred, RateLimited). Digest
    pins are verified too, and so are digests the pods already run: a container running an
    unverified D is held, never Current (nothing is patched either way).
 2. **failed build**: D is not on the target's ``failed`` list — a build whose rollout failed here
@@ -32,7 +35,7 @@ from imagerefresh.models import ContainerSpec, ContainerStatus, Phase, format_du
 from imagerefresh.models.base import format_timestamp
 from imagerefresh.planner import reasons
 from imagerefresh.planner.cooldown import cooled_at
-from imagerefresh.planner.evidence import SignaturesUnreadable
+from imagerefresh.planner.evidence import SignaturesUnreadable, SignaturesWaiting
 from imagerefresh.planner.target.compare import Comparison
 from imagerefresh.planner.target.decision import Decision, Hold, short
 from imagerefresh.signatures import Untrusted, Verified
@@ -83,6 +86,8 @@ def _signature(decision: Decision, name: str, digest: str) -> Hold | None:
             "of the listed keys (cosign sign --key), or push a signed build",
             warning=True,
         )
+    if isinstance(found, SignaturesWaiting) and found.digest == digest:
+        return _waiting(name, digest, found)
     why = (
         found.message
         if isinstance(found, SignaturesUnreadable) and found.digest == digest
@@ -95,6 +100,22 @@ def _signature(decision: Decision, name: str, digest: str) -> Hold | None:
         "pinned on them",
         warning=True,
         degraded=True,
+    )
+
+
+def _waiting(name: str, digest: str, found: SignaturesWaiting) -> Hold:
+    """Hold ``digest`` whose signatures wait for a later tick: not evidence of anything."""
+    if found.budget:
+        return Hold(
+            Phase.DEFERRED,
+            reasons.VERIFICATION_DEFERRED,
+            f"{name}: the signatures of {short(digest)} are not looked up: {found.message}",
+            rate_limited=True,
+        )
+    return Hold(
+        Phase.WAITING,
+        reasons.VERIFICATION_QUEUED,
+        f"{name}: signature verification of {short(digest)} queued: {found.message}",
     )
 
 

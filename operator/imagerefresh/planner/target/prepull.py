@@ -11,10 +11,11 @@ operator reads nodes). One helper pod per node does the pull (:mod:`~imagerefres
 helperpod`). A node holds an image when its kubelet reports the helper's container at the
 digest, when a pod of the workload there runs it, or when the node's ``status.images`` lists it.
 
-- The intent (``status.targets[].prePull``) is recorded before the first helper pod is created,
-  and the pre-pull's pulls are charged to the pull budget then, once: a pre-pull carried on by
-  a later tick, a restart or a new leader charges nothing, and neither does the patch that
-  follows it (its pods find the images on their nodes).
+- The intent (``status.targets[].prePull``) is recorded before the first helper pod is created.
+  Each helper pod is charged the pulls it causes as it is created — never from the intent, which
+  anyone may write into status: a pre-pull carried on by a later tick, a restart or a new
+  leader charges only the helpers it creates, and the patch that follows charges nothing for
+  the images every node is proven to hold (its pods find them there).
 - While nodes are missing an image the target is ``Refreshing`` ("pre-pulling n/m"), ticked
   again within seconds; the pre-pull is bounded by the target's progress deadline.
 - A node whose pull fails (the kubelet's reason), or a pre-pull out of time, holds the refresh:
@@ -35,13 +36,14 @@ from __future__ import annotations
 from datetime import timedelta
 
 from imagerefresh.models import Phase, PrePullFailure, PrePullIntent, format_duration
-from imagerefresh.offline import held_name
 from imagerefresh.planner import reasons
 from imagerefresh.planner.actions import HelperPodCreate
-from imagerefresh.planner.evidence import ANONYMOUS, Account, Resolved, Workload
+from imagerefresh.planner.evidence import Workload
 from imagerefresh.planner.helperpod import HelperPod, helper_manifest
+from imagerefresh.planner.proof import holds_on, pre_pull_nodes
+from imagerefresh.planner.pulls import helper_pulls
 from imagerefresh.planner.target.decision import Decision, TargetOutcome
-from imagerefresh.reference import parse, registry_host
+from imagerefresh.reference import parse
 
 __all__ = ["PRE_PULL_POLL", "carried_pre_pull", "pre_pull", "wants_pre_pull"]
 
@@ -105,8 +107,9 @@ def pre_pull(
             f"drift: {plan}; the pre-pull helper pods could not be read ({why}); nothing is "
             f"pulled or patched on it{note}",
         )
-    nodes, skipped = _nodes(decision, workload)
-    held = {node for node in nodes if _holds(decision, workload, helpers, node, images)}
+    nodes, skipped = pre_pull_nodes(decision.evidence, decision.ctx.nodes)
+    pairs = list(images.items())
+    held = {n for n in nodes if holds_on(decision.evidence, decision.ctx.nodes, n, pairs)}
     missing = [node for node in nodes if node not in held]
     if not missing:
         if intent is not None:
@@ -114,23 +117,31 @@ def pre_pull(
             decision.outcome.pre_pulled = True
             decision.outcome.helpers_kept.update(h.name for h in helpers)
         return None
+    starts = intent is None
     if intent is None:
-        if decision.orders.deferred is not None:
-            decision.outcome.rate_limited = True
-            return decision.finish(Phase.DEFERRED, f"deferred: {decision.orders.deferred}{note}")
         intent = PrePullIntent(images=images, started_at=decision.ctx.now)
-        decision.outcome.pulls = _charge(decision, workload, images, len(missing))
+    failure = _failure(decision, intent, helpers, missing)
+    if failure is not None:
+        decision.update(pre_pull=intent.model_copy(update={"failure": failure}))
+        return _failed(decision, plan, failure, note, new=True)
+    creates = _keep_or_create(decision, workload, helpers, missing, images)
+    if creates and decision.orders.deferred is not None:
+        # Each helper pod's pulls are charged as it is created: what the budget cannot cover
+        # waits, with the intent (if any) kept as it was.
+        decision.update(pre_pull=None if starts else intent)
+        decision.outcome.rate_limited = True
+        return decision.finish(Phase.DEFERRED, f"deferred: {decision.orders.deferred}{note}")
+    decision.outcome.helper_creates += creates
+    for create in creates:
+        for account, pulls in create.pulls:
+            decision.outcome.pulls[account] = decision.outcome.pulls.get(account, 0) + pulls
+    if starts:
         decision.event(
             "Normal",
             reasons.PRE_PULLING,
             f"pre-pulling {plan} onto {len(missing)} node(s) before the patch: {_names(missing)}",
         )
     decision.update(pre_pull=intent)
-    failure = _failure(decision, intent, helpers, missing)
-    if failure is not None:
-        decision.update(pre_pull=intent.model_copy(update={"failure": failure}))
-        return _failed(decision, plan, failure, note, new=True)
-    _keep_or_create(decision, workload, helpers, missing, images)
     poll = decision.ctx.now + PRE_PULL_POLL
     wake = decision.outcome.wake_at
     decision.outcome.wake_at = poll if wake is None else min(wake, poll)
@@ -140,53 +151,6 @@ def pre_pull(
         f"pre-pulling {plan}: {len(held)}/{len(nodes)} nodes hold it, waiting for "
         f"{_names(missing)}{left}{note}",
     )
-
-
-def _nodes(decision: Decision, workload: Workload) -> tuple[list[str], list[str]]:
-    """The nodes to pre-pull onto, and those skipped (not Ready, or cordoned)."""
-    running = sorted({pod.scheduled for pod in decision.evidence.pods if pod.scheduled})
-    inventory = decision.ctx.nodes
-    if inventory is None or inventory.unreadable is not None:
-        return running, []
-    wanted, skipped = [], []
-    for node in running:
-        known = inventory.nodes.get(node)
-        if known is not None and not (known.ready and known.schedulable):
-            skipped.append(node)
-        else:
-            wanted.append(node)
-    return wanted, skipped
-
-
-def _digests(decision: Decision, container: str, digest: str) -> frozenset[str]:
-    """The digests a kubelet may report for ``digest`` (a multi-platform index's children)."""
-    found = decision.evidence.digests.get(container)
-    if isinstance(found, Resolved) and found.digest == digest:
-        return frozenset({digest, *found.children})
-    return frozenset({digest})
-
-
-def _holds(
-    decision: Decision,
-    workload: Workload,
-    helpers: tuple[HelperPod, ...],
-    node: str,
-    images: dict[str, str],
-) -> bool:
-    """Whether ``node`` is proven to hold every image: a helper there pulled it, a pod of the
-    workload there runs it, or the node lists it."""
-    listed = decision.ctx.nodes.nodes.get(node) if decision.ctx.nodes is not None else None
-    for container, image in images.items():
-        digests = _digests(decision, container, parse(image).digest or "")
-        if any(h.node == node and h.holds(image, digests) for h in helpers):
-            continue
-        pods = (p for p in decision.evidence.pods if p.scheduled == node)
-        if any(p.running.get(container) in digests for p in pods):
-            continue
-        if listed is not None and held_name(image) in listed.images:
-            continue
-        return False
-    return True
 
 
 def _failure(
@@ -215,43 +179,38 @@ def _keep_or_create(
     helpers: tuple[HelperPod, ...],
     missing: list[str],
     images: dict[str, str],
-) -> None:
-    """Keep the helper pods of this pre-pull (they are its proof); create one on each missing
-    node that has none. Every other helper found is deleted (:func:`~..tick.plan_tick`)."""
+) -> list[HelperPodCreate]:
+    """Keep the helper pods of this pre-pull (they are its proof); the helper to create on each
+    missing node that has none, each charged the pulls it causes. Every other helper found is
+    deleted (:func:`~..tick.plan_tick`)."""
     wanted = tuple(sorted(images.values()))
     ours = [h for h in helpers if h.images == wanted and h.node is not None]
     decision.outcome.helpers_kept.update(h.name for h in ours)
     placement = workload.placement
     if placement is None:
-        return
+        return []
     covered = {h.node for h in ours}
     repositories = frozenset(parse(image).repository for image in wanted)
-    for node in missing:
-        if node in covered:
-            continue
-        manifest = helper_manifest(
-            workload.key.namespace,
-            placement,
+    pulls = tuple(sorted(helper_pulls(wanted, decision.evidence.identities).items()))
+    return [
+        HelperPodCreate(
+            decision.key,
             node,
-            wanted,
-            decision.rollout_timeout,
-            decision.ctx.pre_pull_max_deadline,
+            helper_manifest(
+                workload.key.namespace,
+                placement,
+                node,
+                wanted,
+                decision.rollout_timeout,
+                decision.ctx.pre_pull_max_deadline,
+                decision.ctx.pre_pull_run_as,
+            ),
+            repositories,
+            pulls,
         )
-        decision.outcome.helper_creates.append(
-            HelperPodCreate(decision.key, node, manifest, repositories)
-        )
-
-
-def _charge(
-    decision: Decision, workload: Workload, images: dict[str, str], nodes: int
-) -> dict[Account, int]:
-    """The pulls a pre-pull costs, per account: each image once per node missing it."""
-    per_account: dict[Account, set[str]] = {}
-    for image in images.values():
-        host = registry_host(parse(image).domain)
-        identity = decision.evidence.identities.get(host, ANONYMOUS)
-        per_account.setdefault((host, identity), set()).add(image)
-    return {account: len(found) * nodes for account, found in per_account.items()}
+        for node in missing
+        if node not in covered
+    ]
 
 
 def _failed(
@@ -259,7 +218,8 @@ def _failed(
 ) -> TargetOutcome:
     message = (
         f"drift: {plan}; the pre-pull failed on node {failure.node}: {failure.reason}. Nothing "
-        "was patched. Fix what the node reports (a pull secret, the registry, disk space), then "
+        "was patched. Fix what it names (a pull secret, the registry, disk space, an admission "
+        "rule), then "
         f"reset to try again: imagerefresh reset {decision.ctx.policy}; a new digest is "
         f"pre-pulled afresh{note}"
     )

@@ -21,27 +21,36 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
+from types import MappingProxyType
 
 from imagerefresh.models import PendingRefresh, Phase
 from imagerefresh.models.base import format_timestamp
 from imagerefresh.planner import reasons
-from imagerefresh.planner.evidence import ANONYMOUS, Account, Workload
+from imagerefresh.planner.evidence import Workload
 from imagerefresh.planner.lockstep import held_message
+from imagerefresh.planner.proof import runs_everywhere
+from imagerefresh.planner.pulls import patch_pulls
 from imagerefresh.planner.target.contest import contest_repin
 from imagerefresh.planner.target.decision import Decision, TargetOutcome, short
 from imagerefresh.planner.target.prepull import carried_pre_pull, pre_pull, wants_pre_pull
 from imagerefresh.planner.windows import WINDOW_OVERRIDE_ANNOTATION
-from imagerefresh.reference import parse, registry_host
+from imagerefresh.reference import parse
 
 __all__ = ["refresh"]
 
 
 def refresh(
-    decision: Decision, workload: Workload, drifted: dict[str, str], note: str
+    decision: Decision,
+    workload: Workload,
+    drifted: dict[str, str],
+    note: str,
+    current: Mapping[str, str] = MappingProxyType({}),
 ) -> TargetOutcome:
     """Refresh ``drifted`` (container → desired digest), or say what it waits for.
 
-    ``note`` tells of the containers left alone, for the status message.
+    ``note`` tells of the containers left alone, for the status message; ``current`` are the
+    containers that run their desired digest already (the gates let them through), of which
+    those still on a tag are pinned in the same patch (an adoption).
     """
     plan = _plan_text(decision, workload, drifted)
     recorded = carried_pre_pull(decision, workload, drifted)
@@ -74,14 +83,20 @@ def refresh(
     if decision.orders.deferred is not None:
         decision.outcome.rate_limited = True
         return decision.finish(Phase.DEFERRED, f"deferred: {decision.orders.deferred}{note}")
+    adopted = _adopted_tags(decision, workload, current)
     if decision.ctx.spec.dry_run:
-        _starts(decision, workload, drifted)  # what would start, for lockstep and the budget
+        _starts(decision, workload, drifted, adopted)  # what would start: lockstep, the budget
         return decision.finish(Phase.DRIFTED, f"dry run, would patch {plan}{note}")
-    return _start(decision, workload, drifted, plan, note)
+    return _start(decision, workload, drifted, adopted, plan, note)
 
 
 def _start(
-    decision: Decision, workload: Workload, drifted: dict[str, str], plan: str, note: str
+    decision: Decision,
+    workload: Workload,
+    drifted: dict[str, str],
+    adopted: dict[str, str],
+    plan: str,
+    note: str,
 ) -> TargetOutcome:
     """Record the refresh as ``pending`` and plan its patch, unless a contest locks it now."""
     writers = contest_repin(decision, workload, drifted)
@@ -97,16 +112,12 @@ def _start(
             return decision.finish(
                 Phase.LOCKED, decision.locked_message(f"contested by {writers}: {plan}")
             )
-    _starts(decision, workload, drifted)
+    _starts(decision, workload, drifted, adopted)
     if decision.outcome.pre_pulled:
-        # The pre-pull charged these pulls when it started; the pods find the images on their
-        # nodes. Its helper pods are no longer needed.
-        decision.outcome.pulls = {}
+        # The pods find the images on their nodes (its helpers paid for the pulls): they are
+        # no longer needed.
         decision.outcome.helpers_kept.clear()
         decision.update(pre_pull=None)
-    adopted = {
-        n: d for n, d in _adopted_tags(decision, workload).items() if n not in decision.orders.held
-    }
     pins = {**adopted, **drifted}
     pending = PendingRefresh(
         images={
@@ -167,30 +178,36 @@ def _live_digest(decision: Decision, workload: Workload, name: str) -> str | Non
     return running.pop() if len(running) == 1 else None
 
 
-def _adopted_tags(decision: Decision, workload: Workload) -> dict[str, str]:
-    """Containers still on a tag whose pods already run the desired digest.
+def _adopted_tags(
+    decision: Decision, workload: Workload, current: Mapping[str, str]
+) -> dict[str, str]:
+    """Containers still on a tag whose pods all run the desired digest already (proven by
+    the pods, and let through by the gates): pinned in the same patch, which moves nothing for
+    them and keeps a rescheduled pod from pulling whatever the tag is by then.
 
-    They need no rollout of their own, but the workload rolls anyway: pinning them in the
-    same patch is free and keeps a rescheduled pod from pulling whatever the tag is by then.
+    Only what every pod is proven to run is adopted: a container whose new build a gate holds
+    (unsigned, cooling down) stays on its tag, and so does one running a build that failed
+    here (a pin is a write, and no write names a failed build).
     """
-    adopted = {}
-    for container in decision.target.containers:
-        desired = decision.desired(container)
-        live = parse(workload.containers[container.name].image)
-        if desired is not None and live.digest is None:
-            adopted[container.name] = desired
-    return adopted
-
-
-def _starts(decision: Decision, workload: Workload, drifted: Mapping[str, str]) -> None:
-    """This decision starts a refresh of ``drifted``: what it pins, and the pulls it costs
-    per account — each distinct digest once per pod (per node, for a DaemonSet)."""
-    decision.outcome.starting = dict(drifted)
-    images: dict[Account, set[str]] = {}
-    for name, digest in drifted.items():
-        host = registry_host(parse(workload.containers[name].image).domain)
-        identity = decision.evidence.identities.get(host, ANONYMOUS)
-        images.setdefault((host, identity), set()).add(digest)
-    decision.outcome.pulls = {
-        account: len(digests) * workload.expected_pods for account, digests in images.items()
+    failed = {build.digest for build in decision.status.failed}
+    return {
+        name: digest
+        for name, digest in sorted(current.items())
+        if name not in decision.orders.held
+        and parse(workload.containers[name].image).digest is None
+        and digest not in failed
+        and runs_everywhere(decision.evidence, name, digest)
     }
+
+
+def _starts(
+    decision: Decision, workload: Workload, drifted: Mapping[str, str], adopted: Mapping[str, str]
+) -> None:
+    """This decision starts a refresh of ``drifted`` (and pins ``adopted``): what it moves,
+    and the pulls its patch causes per account (:mod:`~imagerefresh.planner.pulls`)."""
+    decision.outcome.starting = dict(drifted)
+    changes = [
+        (name, parse(workload.containers[name].image).pinned(digest).familiar)
+        for name, digest in {**adopted, **drifted}.items()
+    ]
+    decision.outcome.pulls = patch_pulls(changes, decision.evidence, decision.ctx.nodes)

@@ -16,9 +16,16 @@ Conflict shows what the operator saw.
 
 from __future__ import annotations
 
-from imagerefresh.models import ContainerSpec, ContainerStatus, OfflineStatus, Phase, WorkloadKind
+from imagerefresh.models import (
+    ContainerSpec,
+    ContainerStatus,
+    OfflineStatus,
+    Phase,
+    TargetSpec,
+    WorkloadKind,
+)
 from imagerefresh.offline import OfflineVerdict, offline_readiness
-from imagerefresh.planner.evidence import Workload
+from imagerefresh.planner.evidence import TargetKey, Workload
 from imagerefresh.planner.target.decision import (
     Decision,
     TargetOutcome,
@@ -28,7 +35,7 @@ from imagerefresh.planner.target.decision import (
 from imagerefresh.reference import InvalidReference, parse
 from imagerefresh.rollout import RolloutState
 
-__all__ = ["admit"]
+__all__ = ["admit", "shape_conflict"]
 
 
 def admit(decision: Decision, allowed: bool, claimed: str | None) -> Workload | TargetOutcome:
@@ -67,7 +74,7 @@ def admit(decision: Decision, allowed: bool, claimed: str | None) -> Workload | 
             for c in decision.target.containers
         )
     )
-    conflict = _conflict(decision, workload)
+    conflict = shape_conflict(decision.target, decision.key, workload)
     if conflict is not None:
         return decision.finish(Phase.CONFLICT, conflict)
     return workload
@@ -121,13 +128,16 @@ def _container_status(
     )
 
 
-def _conflict(decision: Decision, workload: Workload) -> str | None:
-    for container in decision.target.containers:
+def shape_conflict(target: TargetSpec, key: TargetKey, workload: Workload) -> str | None:
+    """Why ``workload`` cannot be refreshed as ``target`` declares it (a Conflict), if it
+    cannot: a declared container missing, a live image in another repository (or none that
+    parses), an update strategy the operator cannot roll out."""
+    for container in target.containers:
         live = workload.containers.get(container.name)
         if live is None:
             names = ", ".join(workload.containers) or "none"
             return (
-                f"container {container.name!r} is not in the pod template of {decision.key} "
+                f"container {container.name!r} is not in the pod template of {key} "
                 f"(it has: {names}); fix the policy"
             )
         try:

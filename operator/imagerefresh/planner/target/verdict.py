@@ -29,7 +29,11 @@ from imagerefresh.planner.target.deadline import (
     track_progress,
 )
 from imagerefresh.planner.target.decision import Decision, TargetOutcome, short
-from imagerefresh.planner.target.rollback import send_rollback
+from imagerefresh.planner.target.rollback import (
+    RollbackRefused,
+    refused_rollback,
+    send_rollback,
+)
 from imagerefresh.reference import parse
 
 __all__ = ["judge_refresh"]
@@ -88,6 +92,8 @@ def _roll_back_with_peers(
 ) -> TargetOutcome:
     """A lockstep peer's refresh failed: this one rolls back too, no attempt counted."""
     restored = send_rollback(decision, workload, pending, f": {why}")
+    if isinstance(restored, RollbackRefused):
+        return refused_rollback(decision, f"{why}; {restored.message}")
     message = (
         f"{why}; rolling back to {restored} with them (no attempt counted against this target)"
     )
@@ -114,7 +120,10 @@ def _fail_refresh(
         return decision.finish(
             Phase.SKIPPING, f"refresh failed (attempt {attempts} of {ceiling}): {why}"
         )
-    send_rollback(decision, workload, pending)
+    sent = send_rollback(decision, workload, pending)
+    if isinstance(sent, RollbackRefused):
+        failed = f"refresh failed (attempt {attempts} of {ceiling}): {why}"
+        return refused_rollback(decision, f"{failed}; {sent.message}")
     detail = f"refresh failed (attempt {attempts} of {ceiling}): {why}; rolling back"
     if decision.locked:
         return decision.finish(Phase.LOCKED, decision.locked_message(f"{why}; rolling back"))
