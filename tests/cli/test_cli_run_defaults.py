@@ -17,8 +17,9 @@ def test_every_option_of_run_that_is_a_configuration_field_defaults_to_the_field
     run = main.commands["run"]
     config = OperatorConfig()
     fields = {field.name for field in dataclasses.fields(OperatorConfig)}
-    options = {
-        param.name: param.default
+    ctx = click.Context(run)
+    options = {  # each default as the option hands it on (its type and callback applied)
+        param.name: param.process_value(ctx, param.get_default(ctx))
         for param in run.params
         if isinstance(param, click.Option) and param.name in fields and not param.multiple
     }
