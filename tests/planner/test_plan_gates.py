@@ -678,3 +678,95 @@ def test_a_pinned_container_leaves_the_clock_of_its_neighbour_in_the_same_target
     assert tick.status.seen == (
         SeenDigest(tracked="docker.io/tracebloc/pods-monitor:prod", digest=P2, since=T0),
     )
+
+
+# --- adoption pins only what every pod is proven to run, and only what the gates let through
+
+
+def _siblings(**fields: Any) -> Tick:
+    return Tick(spec(target("jobs-manager", api=JM, monitor=PM), **fields))
+
+
+def _on_tags(pods: list[Any], **fields: Any) -> TargetEvidence:
+    """Both containers on their tags; the tags answer D2 (api) and D4 (monitor)."""
+    work = deployment(
+        "jobs-manager", {"api": f"{JM_REPO}:prod", "monitor": f"{PM_REPO}:prod"}, replicas=2
+    )
+    return evidence(work, pods, digests={"api": D2, "monitor": D4}, **fields)
+
+
+def _running(api: str, monitor: str, count: int = 2) -> list[Any]:
+    return [
+        pod(
+            f"jm-{i}",
+            {"api": f"docker.io/{JM_REPO}@{api}", "monitor": f"docker.io/{PM_REPO}@{monitor}"},
+        )
+        for i in range(count)
+    ]
+
+
+@pytest.mark.parametrize("gate", ["unsigned", "cooling", "failed here"])
+def test_a_sibling_s_refresh_never_pins_a_tag_whose_new_build_a_gate_holds(gate: str) -> None:
+    """The sibling's patch once pinned every container still on a tag to its tag's new
+    digest: an unsigned, cooling or failed build written past its gate."""
+    fields: dict[str, Any] = {}
+    if gate == "unsigned":
+        fields = VERIFY
+        found = _on_tags(
+            _running(D1, D3), signatures={"api": verified(D2), "monitor": untrusted(D4)}
+        )
+    else:
+        found = _on_tags(_running(D1, D3))
+    if gate == "cooling":
+        fields = {"minimumAge": "1h"}
+    tick = _siblings(**fields)
+    if gate == "cooling":  # the api tag has answered D2 for long; the monitor's D4 is new
+        api = SeenDigest(tracked=TRACKED, digest=D2, since=T0 - timedelta(hours=2))
+        tick.status = PolicyStatus(seen=(api,))
+    if gate == "failed here":
+        failed = FailedBuild(digest=D4, at=T0 - timedelta(hours=1))
+        tick.status = PolicyStatus(
+            targets=(
+                TargetStatus(
+                    kind="Deployment",
+                    namespace="tracebloc",
+                    name="jobs-manager",
+                    phase=Phase.WAITING,
+                    failed=(failed,),
+                ),
+            )
+        )
+    plan = tick.run({JOBS: found})
+    assert patched(plan) == {"api": f"{JM_REPO}@{D2}"}  # the monitor stays on its tag
+    assert tick.target("jobs-manager").pending.adopted == ()
+
+
+def test_a_tag_whose_pods_run_a_build_that_failed_here_is_left_on_its_tag() -> None:
+    tick = _siblings()
+    failed = FailedBuild(digest=D4, at=T0 - timedelta(hours=1))
+    tick.status = PolicyStatus(
+        targets=(
+            TargetStatus(
+                kind="Deployment",
+                namespace="tracebloc",
+                name="jobs-manager",
+                phase=Phase.CURRENT,
+                failed=(failed,),
+            ),
+        )
+    )
+    plan = tick.run({JOBS: _on_tags(_running(D1, D4))})
+    assert patched(plan) == {"api": f"{JM_REPO}@{D2}"}
+
+
+def test_a_tag_not_every_wanted_pod_runs_yet_is_not_adopted() -> None:
+    """Two replicas wanted, one pod seen: the missing pod would pull whatever the tag is."""
+    plan = _siblings().run({JOBS: _on_tags(_running(D1, D4, count=1))})
+    assert patched(plan) == {"api": f"{JM_REPO}@{D2}"}
+
+
+def test_a_tag_every_pod_runs_the_desired_digest_of_is_pinned_with_the_sibling_free() -> None:
+    plan = _siblings().run({JOBS: _on_tags(_running(D1, D4))})
+    assert patched(plan) == {"api": f"{JM_REPO}@{D2}", "monitor": f"{PM_REPO}@{D4}"}
+    (patch,) = plan.patches
+    assert patch.pulls == ((("registry-1.docker.io", "anonymous"), 2),)  # the api's alone

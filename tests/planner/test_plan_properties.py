@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from imagerefresh.models import PendingPurpose, PendingRefresh, Phase, PolicyStatus, TargetStatus
+from imagerefresh.models import (
+    FailedBuild,
+    PendingPurpose,
+    PendingRefresh,
+    Phase,
+    PolicyStatus,
+    SeenDigest,
+    TargetStatus,
+)
 from imagerefresh.planner import (
     PatchPurpose,
     Plan,
@@ -21,7 +30,10 @@ from imagerefresh.planner import (
     unsafe_changes,
 )
 from imagerefresh.reference import parse
+from imagerefresh.signatures import Failure, Untrusted, Verified
 
+from support.guarded import sent_writes
+from support.signing import TestKey
 from support.ticks import NS, T0, budget, digest, evidence, key, spec
 from support.workloads import deployment, pod
 
@@ -30,6 +42,17 @@ DIGESTS = [digest(n) for n in range(3)]
 NAMES = ["api", "sidecar"]
 WORKLOADS = ["jobs-manager", "requests-proxy", "resource-monitor"]
 DOWN = Unresolved("Unreachable", "registry down")
+KEY = TestKey.p256()
+
+
+def verified(value: str) -> Verified:
+    return Verified(digest=value, key=KEY.fingerprint, format="bundle")
+
+
+def untrusted(value: str) -> Untrusted:
+    return Untrusted(digest=value, failure=Failure.NO_SIGNATURE, detail="unsigned")
+
+
 FOREIGN = [
     "evil.example/miner:1",
     "ghcr.io/tracebloc/jobs-manager:prod",
@@ -93,7 +116,14 @@ def scenario(draw: st.DrawFn) -> tuple[TickInput, dict[str, Any]]:
             if outcome is DOWN:
                 facts["unresolved"].add((name, c))
             digests[c] = outcome
-        evidences[target_key] = evidence(work, pods, digests)
+        signatures = {
+            c: draw(st.sampled_from([verified(d), untrusted(d), verified(d)]))
+            for c, d in digests.items()
+            if isinstance(d, str)
+        }
+        found = evidence(work, pods, digests, signatures=signatures)
+        previous = draw(st.sampled_from([None, {c: f"{tracked[c]}:old" for c in containers}]))
+        evidences[target_key] = replace(found, previous_template=previous)
         attempts = draw(st.integers(0, 4))
         started = T0 - timedelta(minutes=draw(st.integers(0, 30)))
         pending = None
@@ -131,21 +161,44 @@ def scenario(draw: st.DrawFn) -> tuple[TickInput, dict[str, Any]]:
                 last_good=draw(
                     st.sampled_from([{}, {c: f"docker.io/{REPOS[0]}@{DIGESTS[0]}" for c in live}])
                 ),
+                failed=tuple(
+                    FailedBuild(digest=d, at=T0 - timedelta(hours=1))
+                    for d in draw(st.lists(st.sampled_from(DIGESTS), max_size=2, unique=True))
+                ),
             )
         )
         facts["tracked"].update({(name, c): parse(f"{tracked[c]}:x").repository for c in live})
+    gates: dict[str, Any] = {}
+    if draw(st.booleans()):
+        gates["verify"] = {"publicKeys": [KEY.pem]}
+    if draw(st.booleans()):
+        gates["minimumAge"] = "1h"
     policy_spec = spec(
         *targets,
         maxRefreshAttempts=max_attempts,
         dryRun=draw(st.booleans()) and draw(st.booleans()),
         lockstep=draw(st.booleans()),
+        **gates,
     )
     reset = draw(st.sampled_from([None, None, "r1"]))
     facts["reset"] = reset is not None
-    view = PolicyView(NS, "p", 1, policy_spec, PolicyStatus(targets=tuple(statuses)), reset)
+    seen = tuple(
+        SeenDigest(
+            tracked=f"{parse(r + ':prod')}",
+            digest=draw(st.sampled_from(DIGESTS)),
+            since=T0 - timedelta(minutes=draw(st.sampled_from([5, 90]))),
+        )
+        for r in sorted(set(REPOS))
+        if draw(st.booleans())
+    )
+    status = PolicyStatus(targets=tuple(statuses), seen=seen)
+    view = PolicyView(NS, "p", 1, policy_spec, status, reset)
     hub = ("registry-1.docker.io", "anonymous")
     budgets = {hub: budget("registry-1.docker.io", draw(st.integers(0, 20)))}
-    return TickInput(view, evidences, budgets, T0), facts
+    verified_rollbacks = frozenset(
+        (parse(f"{r}:x").repository, d) for r in REPOS for d in DIGESTS if draw(st.booleans())
+    )
+    return TickInput(view, evidences, budgets, T0, verified=verified_rollbacks), facts
 
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -172,6 +225,19 @@ def test_whatever_the_status_says_no_patch_names_another_repository_or_host(
             assert written.repository == facts["tracked"][(patch.target.name, change.container)]
             assert written.repository == change.repository
         assert unsafe_changes(patch) == ()
+
+
+@SETTINGS
+@given(scenario())
+def test_the_planner_never_plans_a_write_the_guard_refuses(
+    case: tuple[TickInput, dict[str, Any]],
+) -> None:
+    """Every rule of the write guard (signature, failed build, cooldown, what ran, pulls) is
+    one the planner already kept: a refusal at the send site is a bug, never a routine."""
+    tick = case[0]
+    plan = plan_tick(tick)
+    _, refused = sent_writes(plan, tick)
+    assert refused == []
 
 
 @SETTINGS

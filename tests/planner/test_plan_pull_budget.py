@@ -4,9 +4,12 @@ the account is the one the pods pull with."""
 
 from __future__ import annotations
 
-from imagerefresh.models import Phase
+from dataclasses import replace
+from datetime import timedelta
 
-from support.ticks import JM, PM, Tick, budget, digest, evidence, key, spec, target
+from imagerefresh.models import PendingRefresh, Phase, PolicyStatus, TargetStatus
+
+from support.ticks import JM, PM, T0, Tick, budget, digest, evidence, key, spec, target
 from support.workloads import deployment
 
 D1, D2 = digest(1), digest(2)
@@ -102,3 +105,37 @@ def test_a_refresh_s_patch_carries_its_pulls_per_account_for_the_shell_to_reserv
     (patch,) = plan.patches
     # One digest per registry, three pods each: what the kubelet will pull, per account.
     assert patch.pulls == ((("ghcr.io", "anonymous"), 3), ((HUB, "tracebloc/regcred"), 3))
+
+
+def test_a_rollback_is_charged_first_and_a_refresh_spends_only_what_it_leaves() -> None:
+    """Rollbacks are never deferred, so what they pull is spent before any refresh: a refresh
+    in the same tick may not take the budget below the reserve with them."""
+    tick = Tick(spec(target("failing", app=JM), target("fresh", app=JM), pullBudget={"reserve": 1}))
+    old, new = f"tracebloc/jobs-manager@{D1}", f"tracebloc/jobs-manager@{D2}"
+    landed = PendingRefresh(
+        images={"app": new}, previous={"app": old}, started_at=T0 - timedelta(hours=1), generation=2
+    )
+    tick.status = PolicyStatus(
+        targets=(
+            TargetStatus(
+                kind="Deployment", namespace="tracebloc", name="failing", phase=Phase.REFRESHING,
+                pending=landed,
+            ),
+        )
+    )  # fmt: skip
+    failing = deployment("failing", {"app": new}, replicas=2, generation=2, available=0)
+    failing["status"]["conditions"] = [
+        {"type": "Progressing", "reason": "ProgressDeadlineExceeded"}
+    ]
+    found = evidence(failing, digests={"app": D2})
+    found = replace(found, previous_template={"app": old})
+    plan = tick.run(
+        {key("failing"): found, key("fresh"): evidence(drifted("fresh"), digests={"app": D2})},
+        {(HUB, "anonymous"): budget(HUB, remaining=4)},
+    )
+    # The rollback pulls 2 (its pods run neither image everywhere); 4 - 2 leaves 2, and the
+    # refresh's 2 would leave 0, under the reserve of 1.
+    (rollback,) = plan.patches
+    assert rollback.target.name == "failing"
+    assert rollback.pulls == (((HUB, "anonymous"), 2),)
+    assert tick.target("fresh").phase is Phase.DEFERRED

@@ -9,6 +9,7 @@ scenarios (test_signature_scenarios.py); a pull that fails is shown on the real 
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -161,3 +162,57 @@ def test_a_cooled_down_build_is_pinned_when_its_cooldown_ends_with_no_tick_asked
         timeout=90,
         what="the build pinned when its cooldown ended",
     )
+
+
+@pytest.mark.parametrize("gate", ["cooling down", "failed here"])
+def test_a_sibling_s_refresh_leaves_a_tag_whose_new_build_is_held_on_its_tag(
+    operator: Operator,
+    cluster: Cluster,
+    pusher: ImagePusher,
+    policy_namespace: str,
+    gate: str,
+) -> None:
+    """A fresh install on tags; the api is pinned by the policy to a new build (a pin waits for
+    no cooldown), the sidecar's tag moves to a build that is cooling down, or that failed here.
+    The api's patch once pinned the sidecar too, to its tag's new digest past its gate."""
+    ns, reg = policy_namespace, operator.registry
+    ran = {n: pusher.push(f"{ns}/{n}", "prod", seed=f"{ns}-{n}-1").digest for n in ("api", "side")}
+    tags = {n: f"{reg}/{ns}/{n}:prod" for n in ran}
+    annotations = {f"imagerefresh.test/image-id.{n}": f"{reg}/{ns}/{n}@{d}" for n, d in ran.items()}
+    cluster.apply(deployment("edge", tags, replicas=1, annotations=annotations), namespace=ns)
+    cluster.kubectl("rollout", "status", "-n", ns, "deployment/edge", "--timeout=60s")
+    pin = pusher.push(f"{ns}/api", "next", seed=f"{ns}-api-2").digest
+    held = pusher.push(f"{ns}/side", "prod", seed=f"{ns}-side-2").digest
+    containers = [
+        {"name": "api", "image": tags["api"], "digest": pin},
+        {"name": "side", "image": tags["side"]},
+    ]
+    edge = {"kind": "Deployment", "name": "edge", "containers": containers}
+    spec: dict[str, Any] = {"targets": [edge]}
+    if gate == "cooling down":
+        spec["minimumAge"] = "1h"
+    else:
+        spec["suspend"] = True  # the failed list is written before the policy acts
+    cluster.apply(
+        {"apiVersion": "images.tracebloc.io/v1alpha1", "kind": "ImageRefreshPolicy",
+         "metadata": {"name": "control-plane"}, "spec": spec},
+        namespace=ns,
+    )  # fmt: skip
+    operator.wait_first_tick(ns, "control-plane")
+    if gate == "failed here":
+        written = status(cluster, ns)
+        written["targets"][0]["failed"] = [{"digest": held, "at": "2026-12-01T00:00:00Z"}]
+        obj = cluster.get("irp", "control-plane", "-n", ns)
+        obj["status"] = written
+        cluster.kubectl("replace", "--subresource=status", "-f", "-", input=json.dumps(obj))
+        cluster.kubectl(
+            "patch", "irp", "control-plane", "-n", ns, "--type=merge",
+            "-p", '{"spec": {"suspend": false}}',
+        )  # fmt: skip
+        operator.tick(ns, "control-plane")
+
+    assert images(cluster, ns, "edge") == {"api": f"{reg}/{ns}/api@{pin}", "side": tags["side"]}
+    found = target_status(cluster, ns, "edge")
+    assert found["phase"] == "Waiting"
+    assert held in found["message"] or "cooling down" in found["message"]
+    assert "WriteRefused" not in event_reasons(cluster, ns, "control-plane")

@@ -702,6 +702,50 @@ def test_pods_already_running_an_unverified_digest_are_untrusted_never_current(
     assert condition(cluster, ns, "Ready")["status"] == "False"
 
 
+# --- a sibling's refresh pins nothing a gate holds ----------------------------------------------
+
+
+def test_an_unsigned_new_build_stays_on_its_tag_while_its_signed_sibling_refreshes(
+    operator: Operator,
+    cluster: Cluster,
+    pusher: ImagePusher,
+    policy_namespace: str,
+    signer: Signer,
+) -> None:
+    """Both containers on their tags (a fresh install); each tag moves to a new build, the api's
+    signed, the sidecar's not. The sidecar stays on its tag: the patch that refreshes the api
+    once pinned every container still on a tag to its tag's new digest, unsigned or not."""
+    ns, front = policy_namespace, front_of(operator)
+    registry = pusher.host
+    tags, running = {}, {}
+    for name in ("api", "side"):
+        running[name] = pusher.push(f"{ns}/{name}", "prod", seed=f"{ns}-{name}-1").digest
+        signer.sign(registry, f"{ns}/{name}", running[name], claim=f"{front.host}/{ns}/{name}")
+        tags[name] = f"{front.host}/{ns}/{name}:prod"
+    annotations = {  # what a kubelet reports for the tags it resolved
+        f"imagerefresh.test/image-id.{name}": f"{front.host}/{ns}/{name}@{running[name]}"
+        for name in tags
+    }
+    cluster.apply(deployment("edge", tags, replicas=1, annotations=annotations), namespace=ns)
+    roll_out(cluster, ns, "edge")
+    signed = pusher.push(f"{ns}/api", "prod", seed=f"{ns}-api-2").digest
+    signer.sign(registry, f"{ns}/api", signed, claim=f"{front.host}/{ns}/api")
+    unsigned = pusher.push(f"{ns}/side", "prod", seed=f"{ns}-side-2").digest
+    cluster.apply(signed_policy(signer, target("edge", **tags)), namespace=ns)
+    operator.wait_first_tick(ns, POLICY)
+
+    assert images(cluster, ns, "edge") == {
+        "api": f"{front.host}/{ns}/api@{signed}",
+        "side": tags["side"],  # never front/side@<unsigned>
+    }
+    found = target_status(cluster, ns, "edge")
+    assert found["phase"] == "Untrusted"
+    recorded = found.get("pending", {}).get("images", {})
+    assert all(unsigned not in image for image in recorded.values())
+    assert any(unsigned in m for m in warnings(cluster, ns, "edge", "Untrusted"))
+    assert "WriteRefused" not in event_reasons(cluster, ns, POLICY)
+
+
 # --- a signature pushed after the build ----------------------------------------------------------
 
 

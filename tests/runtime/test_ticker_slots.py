@@ -11,6 +11,7 @@ import pytest
 from imagerefresh.metrics import Metrics
 from imagerefresh.runtime import ticker as ticker_module
 from imagerefresh.runtime.config import OperatorConfig
+from imagerefresh.runtime.restorable import RollbackEvidence
 from imagerefresh.runtime.ticker import PolicyTicker, TickOutcome
 
 
@@ -66,8 +67,12 @@ async def test_reads_and_decisions_take_slots_and_waiting_on_a_registry_takes_no
     async def verify(*_: Any, **__: Any) -> tuple[dict[str, Any], dict[str, Any]]:
         return {}, {}  # signatures are read after the digests, as registry waits too
 
+    async def restorable(*_: Any, **__: Any) -> RollbackEvidence:
+        return RollbackEvidence()  # what a rollback may restore: asked of registries too
+
     monkeypatch.setattr(ticker_module, "resolve_digests", resolve)
     monkeypatch.setattr(ticker_module, "verify_signatures", verify)
+    monkeypatch.setattr(ticker_module, "rollback_evidence", restorable)
     ticks = asyncio.gather(*(ticker.tick("ns", f"p{i}") for i in range(20)))
     for _ in range(500):
         if resolving.now == 20:

@@ -3,10 +3,12 @@
 With ``prePull`` a refresh first puts the new digests on the workload's nodes. One short-lived
 pod per node does it: pinned to the node (``nodeName``), carrying the workload's pull secrets
 and tolerations (and its ``hostNetwork``, the only way some edge nodes run pods), with one
-container per image. Its command is a path no image holds, so the kubelet pulls the image,
-fails to start the container and never runs the image's entrypoint — it works for images
-without a shell, and nothing in it ever runs. The kubelet's report of the container is the
-proof: an ``imageID`` at the digest means the node holds it; a waiting reason such as
+container per image. Its command is a path the tracked images do not carry, so the kubelet
+pulls the image, fails to start the container and never runs the image's entrypoint — it works
+for images without a shell. (An image that does carry that path runs it, fenced as the helper
+is: no token, no volumes, every capability dropped, a few millicores, a deadline — nothing the
+tracked repository's own workload could not run anyway.) The kubelet's report of the container
+is the proof: an ``imageID`` at the digest means the node holds it; a waiting reason such as
 ``ErrImagePull`` is the kubelet's word on why it cannot.
 
 A helper pod is found again by an owner reference to its workload *and* a label naming that
@@ -53,7 +55,8 @@ MANAGED_BY = ("app.kubernetes.io/managed-by", "imagerefresh")
 MIN_DEADLINE, MAX_DEADLINE = 60, 86_400
 MAX_PULL_SECRETS = 16
 MAX_TOLERATIONS = 64
-# What each helper container asks for and may use: the kubelet only pulls, nothing runs.
+# What each helper container asks for and may use: the kubelet pulls; what the image may run
+# if it carries the helper's command path is held to this.
 HELPER_RESOURCES: Mapping[str, Mapping[str, str]] = MappingProxyType(
     {
         "requests": MappingProxyType({"cpu": "1m", "memory": "4Mi"}),

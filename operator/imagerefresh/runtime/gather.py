@@ -52,7 +52,7 @@ def _evidence(
     digests: Mapping[str, DigestOutcome],
     identities: Mapping[str, str],
     signatures: Mapping[str, SignatureOutcome],
-    children: Mapping[str, frozenset[str]],
+    children: Mapping[str, frozenset[str]] | None = None,
 ) -> TargetEvidence:
     if read.error is not None:
         return TargetEvidence(error=read.error)
@@ -72,7 +72,7 @@ def _evidence(
         helpers=read.helpers,
         helpers_error=read.helpers_error,
         previous_template=read.previous_template,
-        children=children,
+        children=children or {},
     )
 
 

@@ -1,0 +1,319 @@
+"""The write guard, rule by rule: what it clears and what it refuses, whatever built the write.
+
+Each row builds one write by hand — as a path that skipped a gate would — over a tick's
+snapshot taken the way the shell takes it (:func:`imagerefresh.planner.permits`), and checks
+the guard's answer: the image outside the tracked repository, the tag or the unverified digest
+under ``verify``, the build that failed here, the new digest inside its cooldown, the rollback
+to what the workload never ran, the write that carries fewer pulls than it causes or spends
+the reserve. The planner never plans such a write (tests/planner/test_plan_properties.py, and
+the adversary in test_adversary.py); these rows show the guard would stop it if it did.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from imagerefresh.models import FailedBuild, PolicyStatus, SeenDigest, TargetStatus
+from imagerefresh.planner import (
+    Cleared,
+    ImageChange,
+    ImagePatch,
+    PatchPurpose,
+    TickInput,
+    clear_writes,
+    permits,
+)
+from imagerefresh.planner.actions import HelperPodCreate
+from imagerefresh.planner.helperpod import Placement, helper_manifest
+from imagerefresh.signatures import Verified
+
+from support.signing import TestKey
+from support.ticks import NS, T0, Tick, budget, digest, evidence, key, spec, target
+from support.workloads import deployment, pod
+
+D_RUNS, D_NEW, D_OLD, D_NEVER = digest("runs"), digest("new"), digest("old"), digest("never")
+REPO = "docker.io/tracebloc/jobs-manager"
+JOBS = key("jobs-manager")
+HUB = ("registry-1.docker.io", "anonymous")
+KEY = TestKey.p256()
+
+
+def tick_input(
+    *,
+    verify: bool = False,
+    minimum_age: str | None = None,
+    seen_since: Any = None,
+    failed: tuple[str, ...] = (),
+    remaining: int | None = 100,
+    reserve: int = 2,
+    previous: dict[str, str] | None = None,
+    verified: tuple[str, ...] = (),
+    live: str = f"{REPO}@{D_RUNS}",
+    running: str = D_RUNS,
+) -> TickInput:
+    """One Deployment of 2 replicas on ``live``, its pods running ``running``; its tag now
+    answers ``D_NEW``."""
+    fields: dict[str, Any] = {"pullBudget": {"reserve": reserve}}
+    if verify:
+        fields["verify"] = {"publicKeys": [KEY.pem]}
+    if minimum_age:
+        fields["minimumAge"] = minimum_age
+    tick = Tick(spec(target("jobs-manager", api="tracebloc/jobs-manager:prod"), **fields))
+    tick.status = PolicyStatus(
+        targets=(
+            TargetStatus(
+                kind="Deployment",
+                namespace=NS,
+                name="jobs-manager",
+                phase="Current",
+                failed=tuple(FailedBuild(digest=d, at=T0) for d in failed),
+            ),
+        ),
+        seen=(
+            (SeenDigest(tracked=f"{REPO}:prod", digest=D_NEW, since=seen_since),)
+            if seen_since is not None
+            else ()
+        ),
+    )
+    tick.verified = frozenset((REPO, d) for d in verified)
+    work = deployment("jobs-manager", {"api": live}, replicas=2)
+    pods = [pod(f"jm-{i}", {"api": f"{REPO}@{running}"}) for i in range(2)]
+    found = evidence(work, pods, {"api": D_NEW})
+    if previous is not None:
+        found = replace(found, previous_template=previous)
+    hub = {HUB: budget(HUB[0], remaining)} if remaining is not None else {}
+    return tick.input({JOBS: found}, hub)
+
+
+def patch(
+    image: str,
+    *,
+    purpose: PatchPurpose = PatchPurpose.REFRESH,
+    pulls: int | None = None,
+    expected: str = f"{REPO}@{D_RUNS}",
+    container: str = "api",
+) -> ImagePatch:
+    """A patch writing ``image``, carrying ``pulls`` (default: the 2 its pods pull)."""
+    carried = 2 if pulls is None else pulls
+    return ImagePatch(
+        JOBS,
+        purpose,
+        (ImageChange(container, "/spec/template/spec/containers/0", expected, image, REPO),),
+        pulls=((HUB, carried),) if carried else (),
+    )
+
+
+def verdict(write: ImagePatch | HelperPodCreate, tick: TickInput) -> tuple[str, ...]:
+    """The guard's reasons for refusing ``write`` (empty: cleared)."""
+    guarded = clear_writes([write], permits(tick))
+    cleared = [c.write for c in (*guarded.patches, *guarded.creates)]
+    refused = [r.reasons for r in guarded.refused]
+    assert len(cleared) + len(refused) == 1
+    return refused[0] if refused else ()
+
+
+# --- the tracked repository ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "image",
+    ["evil.example/miner:latest", "ghcr.io/tracebloc/jobs-manager@" + D_NEW, "tracebloc/miner:1"],
+)
+def test_an_image_outside_the_tracked_repository_is_refused(image: str) -> None:
+    reasons = verdict(patch(image), tick_input())
+    assert "is not the tracked repository docker.io/tracebloc/jobs-manager" in reasons[0]
+
+
+def test_a_refresh_to_the_tracked_repository_is_cleared() -> None:
+    assert verdict(patch(f"tracebloc/jobs-manager@{D_NEW}"), tick_input()) == ()
+
+
+def test_a_container_the_policy_does_not_declare_is_refused() -> None:
+    (reason,) = verdict(patch(f"{REPO}@{D_NEW}", container="sidecar"), tick_input())
+    assert reason == "sidecar: not a container the policy declares"
+
+
+def test_a_change_that_writes_what_is_there_writes_nothing_and_is_cleared() -> None:
+    same = patch(f"{REPO}:prod", expected=f"{REPO}:prod", pulls=0)
+    assert verdict(same, tick_input(verify=True, live=f"{REPO}:prod")) == ()
+
+
+# --- signatures ----------------------------------------------------------------------------
+
+
+def test_under_verify_a_digest_with_no_verified_verdict_in_memory_is_refused() -> None:
+    (reason,) = verdict(patch(f"{REPO}@{D_NEW}"), tick_input(verify=True))
+    assert "has no Verified signature by a key of spec.verify in memory" in reason
+
+
+def test_under_verify_a_verified_digest_is_cleared_and_a_tag_never_is() -> None:
+    assert verdict(patch(f"{REPO}@{D_NEW}"), tick_input(verify=True, verified=(D_NEW,))) == ()
+    (reason,) = verdict(
+        patch(f"{REPO}:prod", purpose=PatchPurpose.ROLLBACK),
+        tick_input(verify=True, verified=(D_NEW,), previous={"api": f"{REPO}:prod"}),
+    )
+    assert "is a tag, and spec.verify pins only verified digests" in reason
+
+
+def test_a_verdict_of_the_targets_evidence_counts_as_one_in_memory() -> None:
+    tick = tick_input(verify=True)
+    found = tick.evidence[JOBS]
+    signed = Verified(digest=D_NEW, key=KEY.fingerprint, format="bundle")
+    tick = replace(tick, evidence={JOBS: replace(found, signatures={"api": signed})})
+    assert verdict(patch(f"{REPO}@{D_NEW}"), tick) == ()
+
+
+# --- failed builds -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("purpose", list(PatchPurpose))
+def test_a_build_that_failed_here_is_refused_to_a_refresh_and_a_rollback_alike(
+    purpose: PatchPurpose,
+) -> None:
+    tick = tick_input(failed=(D_OLD,), previous={"api": f"{REPO}@{D_OLD}"})
+    (reason,) = verdict(patch(f"{REPO}@{D_OLD}", purpose=purpose), tick)
+    assert f"{D_OLD} failed its rollout here (until a reset)" in reason
+
+
+def test_a_reset_this_tick_honours_lifts_the_failed_list() -> None:
+    tick = tick_input(failed=(D_NEW,))
+    tick = replace(tick, policy=replace(tick.policy, reset_request="now"))
+    assert verdict(patch(f"{REPO}@{D_NEW}"), tick) == ()
+
+
+# --- the cooldown --------------------------------------------------------------------------
+
+
+def test_a_new_digest_inside_its_cooldown_is_refused_and_cleared_once_cooled() -> None:
+    (reason,) = verdict(
+        patch(f"{REPO}@{D_NEW}"),
+        tick_input(minimum_age="1h", seen_since=T0 - timedelta(minutes=59)),
+    )
+    assert f"{D_NEW} is cooling down until" in reason
+    cooled = tick_input(minimum_age="1h", seen_since=T0 - timedelta(hours=1))
+    assert verdict(patch(f"{REPO}@{D_NEW}"), cooled) == ()
+
+
+def test_pinning_what_every_pod_already_runs_waits_for_no_cooldown_and_costs_no_pull() -> None:
+    tick = tick_input(minimum_age="1h", live=f"{REPO}:prod", running=D_NEW)
+    adopt = patch(f"{REPO}@{D_NEW}", expected=f"{REPO}:prod", pulls=0)
+    assert verdict(adopt, tick) == ()
+
+
+def test_a_digest_pin_waits_for_no_cooldown() -> None:
+    tick = Tick(
+        spec(
+            {
+                "kind": "Deployment",
+                "name": "jobs-manager",
+                "containers": [
+                    {"name": "api", "image": "tracebloc/jobs-manager:prod", "digest": D_NEW}
+                ],
+            },
+            minimumAge="1h",
+        )
+    )
+    work = deployment("jobs-manager", {"api": f"{REPO}@{D_RUNS}"}, replicas=2)
+    found = evidence(work, [pod(f"jm-{i}", {"api": f"{REPO}@{D_RUNS}"}) for i in range(2)])
+    assert verdict(patch(f"{REPO}@{D_NEW}"), tick.input({JOBS: found})) == ()
+
+
+# --- rollbacks restore what ran ----------------------------------------------------------
+
+
+def test_a_rollback_to_an_image_the_workload_never_ran_is_refused() -> None:
+    rollback = patch(f"{REPO}@{D_NEVER}", purpose=PatchPurpose.ROLLBACK)
+    (reason,) = verdict(rollback, tick_input(previous={"api": f"{REPO}@{D_OLD}"}))
+    assert "is not an image the workload is proven to have run" in reason
+
+
+@pytest.mark.parametrize(
+    ("restored", "previous", "running"),
+    [
+        (f"{REPO}@{D_OLD}", f"{REPO}@{D_OLD}", D_RUNS),  # its previous revision's template
+        (f"{REPO}:prod", f"{REPO}:prod", D_RUNS),  # a tag, without verify
+        (f"{REPO}@{D_OLD}", None, D_OLD),  # what its pods still run
+    ],
+)
+def test_a_rollback_to_what_live_evidence_proves_ran_is_cleared(
+    restored: str, previous: str | None, running: str
+) -> None:
+    tick = tick_input(
+        previous={"api": previous} if previous else None, live=f"{REPO}@{D_NEW}", running=running
+    )
+    rollback = patch(restored, purpose=PatchPurpose.ROLLBACK, expected=f"{REPO}@{D_NEW}")
+    assert verdict(rollback, tick) == ()
+
+
+# --- pulls ---------------------------------------------------------------------------------
+
+
+def test_a_write_carrying_fewer_pulls_than_it_causes_is_refused() -> None:
+    (reason,) = verdict(patch(f"{REPO}@{D_NEW}", pulls=1), tick_input())
+    assert reason == "it causes 2 pull(s) from registry-1.docker.io for anonymous but is charged 1"
+
+
+def test_a_refresh_the_budget_cannot_cover_above_the_reserve_is_refused() -> None:
+    (reason,) = verdict(patch(f"{REPO}@{D_NEW}"), tick_input(remaining=3, reserve=2))
+    assert reason.startswith("the pull budget does not cover it:")
+
+
+def test_a_rollback_is_charged_but_never_held_to_the_reserve() -> None:
+    tick = tick_input(remaining=1, reserve=2, previous={"api": f"{REPO}@{D_OLD}"})
+    rollback = patch(f"{REPO}@{D_OLD}", purpose=PatchPurpose.ROLLBACK)
+    assert verdict(rollback, tick) == ()
+    uncharged = patch(f"{REPO}@{D_OLD}", purpose=PatchPurpose.ROLLBACK, pulls=0)
+    assert verdict(uncharged, tick) != ()
+
+
+def test_rollbacks_spend_first_and_what_they_spend_the_refreshes_cannot() -> None:
+    tick = tick_input(remaining=5, reserve=2, previous={"api": f"{REPO}@{D_OLD}"})
+    rollback = patch(f"{REPO}@{D_OLD}", purpose=PatchPurpose.ROLLBACK)
+    refresh = patch(f"{REPO}@{D_NEW}")
+    guarded = clear_writes([refresh, rollback], permits(tick))
+    assert [c.write for c in guarded.patches] == [rollback]
+    assert [r.write for r in guarded.refused] == [refresh]
+
+
+def helper(image: str, pulls: int) -> HelperPodCreate:
+    obj = deployment("jobs-manager", {"api": f"{REPO}@{D_RUNS}"})
+    obj["apiVersion"], obj["metadata"]["uid"] = "apps/v1", "uid-jobs-manager"
+    placement = Placement.from_api(obj)
+    assert placement is not None
+    manifest = helper_manifest(NS, placement, "n1", [image], timedelta(minutes=10))
+    return HelperPodCreate(
+        JOBS, "n1", manifest, frozenset({REPO}), ((HUB, pulls),) if pulls else ()
+    )
+
+
+def test_a_helper_pod_pulls_only_what_a_refresh_may_write_and_is_charged_its_pull() -> None:
+    assert verdict(helper(f"{REPO}@{D_NEW}", 1), tick_input()) == ()
+    (uncharged,) = verdict(helper(f"{REPO}@{D_NEW}", 0), tick_input())
+    assert "is charged 0" in uncharged
+    (unsigned,) = verdict(helper(f"{REPO}@{D_NEW}", 1), tick_input(verify=True))
+    assert "no Verified signature" in unsigned
+    (failed,) = verdict(helper(f"{REPO}@{D_NEW}", 1), tick_input(failed=(D_NEW,)))
+    assert "failed its rollout here" in failed
+    cooling = tick_input(minimum_age="1h", seen_since=T0)
+    (early,) = verdict(helper(f"{REPO}@{D_NEW}", 1), cooling)
+    assert "is cooling down" in early
+
+
+# --- only the guard clears ----------------------------------------------------------------
+
+
+def test_no_code_but_the_guard_makes_a_cleared_write() -> None:
+    with pytest.raises(TypeError, match="only the write guard clears a write"):
+        Cleared(patch(f"{REPO}@{D_NEW}"), object())
+
+
+def test_a_refusal_names_the_target_every_reason_and_what_to_do() -> None:
+    tick = tick_input(verify=True, failed=(D_NEW,))
+    (refusal,) = clear_writes([patch(f"{REPO}@{D_NEW}", pulls=0)], permits(tick)).refused
+    assert refusal.message.startswith(f"the write guard refused the refresh of {JOBS}: api: ")
+    assert "report it with the operator's log" in refusal.message
+    assert len(refusal.reasons) == 2  # unverified, and uncharged
