@@ -87,7 +87,7 @@ RESERVE = 2
 LIMIT = 20
 AGE = timedelta(hours=1)
 FORGED_SINCE = T0 - timedelta(days=1)  # a clock no tick of the operator's ever set
-MAX_EXAMPLES = int(os.environ.get("ADVERSARY_EXAMPLES", "150"))
+MAX_EXAMPLES = int(os.environ.get("ADVERSARY_EXAMPLES", "300"))
 # Moves left out, comma-separated (to show what finds what): ADVERSARY_WITHOUT=forge_seen,...
 WITHOUT = frozenset(os.environ.get("ADVERSARY_WITHOUT", "").split(","))
 STEPS = int(os.environ.get("ADVERSARY_STEPS", "50"))
@@ -594,6 +594,7 @@ class Adversary(RuleBasedStateMachine):
             digests=digests,
             signatures=signatures,
             helpers=self._helpers() if world.pre_pull else None,
+            previous_template=dict(world.previous),
         )
         if world.verify and world.registry_up:
             self.memory |= world.signed  # the verifier looks up whatever a tick asks about

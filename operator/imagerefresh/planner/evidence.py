@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 from imagerefresh.models import PolicySpec, PolicyStatus, WorkloadKind
 from imagerefresh.offline import (
@@ -37,6 +37,7 @@ __all__ = [
     "OPERATOR_FIELD_MANAGER",
     "Account",
     "DigestOutcome",
+    "ImageOwner",
     "LiveContainer",
     "NamespacePolicy",
     "ObservedPod",
@@ -51,6 +52,7 @@ __all__ = [
     "Unresolved",
     "Workload",
     "effective_pull_policy",
+    "image_owners",
     "running_digest",
 ]
 
@@ -143,20 +145,37 @@ def _image_managers(entries: object) -> dict[str, str]:
 
     For messages only (naming who else writes the image): anything malformed is skipped.
     """
-    owners: dict[str, tuple[str, str]] = {}  # container → (time, manager)
+    return {
+        name: str(owner.manager or "an unnamed client")[:_MAX_MANAGER]
+        for name, owner in image_owners(entries).items()
+    }
+
+
+class ImageOwner(NamedTuple):
+    """The ``managedFields`` entry that last set a container's image."""
+
+    time: str  # as the entry spells it ("" when it has none)
+    manager: object  # as the entry has it: anything, or None
+    section: str  # "f:containers" or "f:initContainers"
+
+
+def image_owners(entries: object) -> dict[str, ImageOwner]:
+    """Of ``managedFields``, for each container whose image some manager owns, the newest such
+    entry (a later entry wins a tie); anything malformed is skipped. The watch copies keep
+    exactly these, so the writer a message names is the same from a copy as from the object."""
+    owners: dict[str, ImageOwner] = {}
     for entry in entries if isinstance(entries, list) else ():
         if not isinstance(entry, dict):
             continue
-        manager = str(entry.get("manager") or "an unnamed client")[:_MAX_MANAGER]
         when = str(entry.get("time") or "")
         template = _field(entry.get("fieldsV1"), "f:spec", "f:template", "f:spec")
         for section in ("f:containers", "f:initContainers"):
             for item, fields in _field(template, section).items():
                 name = _keyed_name(item)
                 owns_image = isinstance(fields, dict) and "f:image" in fields
-                if name is not None and owns_image and when >= owners.get(name, ("", ""))[0]:
-                    owners[name] = (when, manager)
-    return {name: manager for name, (_, manager) in owners.items()}
+                if name is not None and owns_image and when >= owners.get(name, ("",))[0]:
+                    owners[name] = ImageOwner(when, entry.get("manager"), section)
+    return owners
 
 
 def _field(value: object, *path: str) -> dict[str, Any]:

@@ -29,6 +29,8 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
+from imagerefresh.planner.evidence import image_owners
+
 __all__ = ["KEEP", "POD", "WORKLOAD", "kept_pod", "kept_workload", "label_keys"]
 
 
@@ -179,51 +181,19 @@ def label_keys(selector: Mapping[str, Any]) -> frozenset[str]:
 
 
 def _image_owners(entries: object) -> list[dict[str, Any]]:
-    """Of ``managedFields``, for each container whose image some manager owns, the newest such
-    manager and its time (a later entry wins a tie): one entry per container.
-
-    The same choice as the planner's (``planner/evidence``), so the message that names the
-    other writer names the same one from the copy as from the object.
-    """
-    owners: dict[str, tuple[str, Any, str]] = {}  # container → (time, manager, section)
-    for entry in entries if isinstance(entries, list) else ():
-        if not isinstance(entry, dict):
-            continue
-        when = str(entry.get("time") or "")
-        template = _field(entry.get("fieldsV1"), "f:spec", "f:template", "f:spec")
-        for section in ("f:containers", "f:initContainers"):
-            for item, fields in _field(template, section).items():
-                name = _keyed_name(item)
-                owns_image = isinstance(fields, dict) and "f:image" in fields
-                if name is not None and owns_image and when >= owners.get(name, ("",))[0]:
-                    owners[name] = (when, entry.get("manager"), section)
+    """Of ``managedFields``, one entry per container whose image some manager owns: the one
+    the planner names (:func:`~imagerefresh.planner.evidence.image_owners`), trimmed to it."""
     kept = []
-    for name, (when, manager, section) in sorted(owners.items()):
+    for name, owner in sorted(image_owners(entries).items()):
         item = "k:" + json.dumps({"name": name}, separators=(",", ":"))
-        owner: dict[str, Any] = {
-            "fieldsV1": {"f:spec": {"f:template": {"f:spec": {section: {item: {"f:image": {}}}}}}}
+        kept_owner: dict[str, Any] = {
+            "fieldsV1": {
+                "f:spec": {"f:template": {"f:spec": {owner.section: {item: {"f:image": {}}}}}}
+            }
         }
-        if when:
-            owner["time"] = when
-        if manager is not None:
-            owner["manager"] = manager
-        kept.append(owner)
+        if owner.time:
+            kept_owner["time"] = owner.time
+        if owner.manager is not None:
+            kept_owner["manager"] = owner.manager
+        kept.append(kept_owner)
     return kept
-
-
-def _field(value: object, *path: str) -> dict[str, Any]:
-    for step in path:
-        value = value.get(step) if isinstance(value, dict) else None
-    return value if isinstance(value, dict) else {}
-
-
-def _keyed_name(item: str) -> str | None:
-    """``k:{"name":"api"}`` → ``api``."""
-    if not item.startswith("k:"):
-        return None
-    try:
-        key = json.loads(item[2:])
-    except ValueError:
-        return None
-    name = key.get("name") if isinstance(key, dict) else None
-    return name if isinstance(name, str) else None
