@@ -130,6 +130,8 @@ def test_a_stream_cut_under_the_reader_unsyncs_the_copy_and_the_new_list_misses_
     collection.start()
     try:
         eventually(lambda: collection.synced, what="the first list", timeout=30)
+        # Synced at the end of the LIST, the copy opens its stream after: cut that stream.
+        eventually(lambda: collection._response is not None, what="the stream open", timeout=30)
         collection.hold()
         collection.cut()  # the connection closes while the reader waits on it
         cluster.kubectl("set", "image", "-n", ns, "deployment/app", "app=example.test/app:2")
