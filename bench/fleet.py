@@ -20,7 +20,15 @@ from harness import Json
 
 from support.operator_env import kwok_pod_template
 
-__all__ = ["EDGE_AGENTS", "EDGE_CP", "Fleet", "edge_policy", "edge_workloads", "policy"]
+__all__ = [
+    "EDGE_AGENTS",
+    "EDGE_CP",
+    "EDGE_HEALTHY_FOR",
+    "Fleet",
+    "edge_policy",
+    "edge_workloads",
+    "policy",
+]
 
 EDGE_CP, EDGE_AGENTS = "tracebloc", "tracebloc-node-agents"
 EDGE_IMAGES = ("jobs-manager", "pods-monitor", "resource-monitor")
@@ -92,6 +100,11 @@ def edge_workloads(front: str, digests: dict[str, str]) -> tuple[list[Json], lis
     return control_plane, agents
 
 
+# The edge policies' health window (healthyFor): short, so that a change's verdict comes seconds
+# after its rollout settled; its latency row measures from the window's end.
+EDGE_HEALTHY_FOR = 5
+
+
 def edge_policy(front: str) -> Json:
     def tag(image: str) -> str:
         return f"{front}/tracebloc/{image}:prod"
@@ -112,6 +125,7 @@ def edge_policy(front: str) -> Json:
                 namespace=EDGE_AGENTS,
             ),
         ],
+        healthyFor=f"{EDGE_HEALTHY_FOR}s",
     )
 
 
@@ -170,7 +184,9 @@ class Fleet:
                     target("Deployment", name, {"app": f"{front}/{self.path(ref)}:prod"})
                 )
             found[self.namespace(i)].append(
-                policy(self.policy_name(i), targets, interval=self.interval)
+                # Judged as they settle (healthyFor 0s): a round measures the ticks that patch,
+                # and the next round's digests must find no refresh still in its window.
+                policy(self.policy_name(i), targets, interval=self.interval, healthyFor="0s")
             )
         return found
 

@@ -41,6 +41,7 @@ def objects(node: RealNode, registry: str) -> list[dict[str, Any]]:
                 "metadata": {"name": kind},
                 "spec": {
                     "interval": "15m",
+                    "healthyFor": "5s",  # Current seconds after the rollout settled
                     "prePull": kind == "prepull",
                     "targets": [
                         {

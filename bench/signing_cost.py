@@ -199,6 +199,7 @@ class SignatureCost:
             "metadata": {"name": POLICY},
             "spec": {
                 "interval": "15m",
+                "healthyFor": "5s",  # Current seconds after the rollout settled
                 "verify": {"publicKeys": [self.keys.public.read_text()]},
                 "targets": [
                     {

@@ -302,6 +302,9 @@ class Demo:
             "metadata": {"name": POLICY, "namespace": self.where.control_plane},
             "spec": {
                 "interval": "15m",
+                # A refresh counts once its pods stayed up this long after settling (60s by
+                # default, for edges): short here, so the demo does not wait a minute.
+                "healthyFor": "10s",
                 "targets": [
                     {
                         "kind": "Deployment",
@@ -448,7 +451,24 @@ class Demo:
             "Following the rollouts as they happen (settled exactly as `kubectl rollout status` "
             "judges it), with no further tick asked for"
         )
-        status = self.wait("the rollouts to settle", lambda s: s.get("phase") == "Current")
+        status = self.wait(
+            "the rollouts to settle",
+            lambda s: (
+                any(
+                    "watching its pods until" in t.get("message", "")
+                    for t in s.get("targets") or ()
+                )
+                or s.get("phase") == "Current"
+            ),
+        )
+        for target in status["targets"]:
+            if "watching its pods until" in target.get("message", ""):
+                detail(f"settled: {target['name']}: {target['message']}")
+        say(
+            "Watching the new pods for healthyFor (10s here): a build that crashes after its "
+            "rollout settled is rolled back and barred, one that stays up counts as refreshed"
+        )
+        status = self.wait("the health windows to end", lambda s: s.get("phase") == "Current")
         images = self.get("deployment", "-n", self.where.control_plane, "jobs-manager")["spec"][
             "template"
         ]["spec"]["containers"]

@@ -352,6 +352,7 @@ def test_operator_as_the_charts_service_account_refreshes_declared_targets_and_n
                     "name": POLICY,
                     "spec": {
                         "interval": "1h",  # ticks come from the test, never from the clock
+                        "healthyFor": "2s",  # Current seconds after its rollout settled
                         "targets": [
                             {
                                 "kind": "Deployment",

@@ -268,6 +268,7 @@ def values(registry: str, namespace: str, tag: str) -> dict[str, Any]:
                 "name": POLICY,
                 "spec": {
                     "interval": "1h",  # ticks come from the test, never from the clock
+                    "healthyFor": "2s",  # Current seconds after its rollout settled
                     "targets": [
                         {
                             "kind": "Deployment",

@@ -173,7 +173,8 @@ def test_a_new_leader_judges_the_rollout_the_killed_one_started_and_never_patche
     slow = {"imagerefresh.test/ready-after": "20s"}
     cluster.apply(deployment("app", {"app": tag}, replicas=1, annotations=slow), namespace=ns)
     cluster.kubectl("rollout", "status", "-n", ns, "deployment/app", "--timeout=90s")
-    cluster.apply(policy("control-plane", target("app", app=tag)), namespace=ns)
+    # A short health window: the new leader carries it on from status, and judges its end.
+    cluster.apply(policy("control-plane", target("app", app=tag), healthyFor="3s"), namespace=ns)
 
     a = candidates.start(first)
     eventually(lambda: leads(a), timeout=BOUND, what=f"{first} to lead")
@@ -208,7 +209,7 @@ def test_a_leader_that_finds_another_holder_exits_non_zero_and_writes_nothing_mo
     ns, reg = candidates.namespace, candidates.registry
     leader, usurper = f"a-{secrets.token_hex(3)}", f"u-{secrets.token_hex(3)}"
     pusher.push(f"{ns}/app", "prod", seed="deposed")
-    deployment_with_policy(cluster, ns, f"{reg}/{ns}/app:prod")
+    deployment_with_policy(cluster, ns, f"{reg}/{ns}/app:prod", healthyFor="2s")
     a = candidates.start(leader)
     eventually(lambda: leads(a), timeout=BOUND, what=f"{leader} to lead")
     a.wait_first_tick(ns, "control-plane", timeout=BOUND)

@@ -260,7 +260,9 @@ WRITERS = "field manager 'argocd-controller', field manager 'kubectl-set'"
 
 
 def test_re_pinning_what_two_other_writers_moved_is_a_contested_attempt_naming_both() -> None:
-    tick = Tick(spec(target("jobs-manager", api=JM, monitor=PM), maxRefreshAttempts=2))
+    tick = Tick(
+        spec(target("jobs-manager", api=JM, monitor=PM), maxRefreshAttempts=2, healthyFor="0s")
+    )
     tick.run({JOBS: evidence(two_containers(f"{JM_REPO}@{D2}", f"{PM_REPO}@{D2}"))})
     (status,) = tick.status.targets
     tick.status = tick.status.model_copy(
@@ -301,7 +303,7 @@ def test_re_pinning_what_two_other_writers_moved_is_a_contested_attempt_naming_b
 
 
 def test_a_new_digest_after_our_own_refresh_is_a_plain_refresh_not_a_contest() -> None:
-    tick = Tick(spec(target("jobs-manager", api=JM)))
+    tick = Tick(spec(target("jobs-manager", api=JM), healthyFor="0s"))
     tick.run({JOBS: evidence(settled(f"{JM_REPO}@{D1}"), digests={"api": D2})})
     tick.run({JOBS: evidence(settled(f"{JM_REPO}@{D2}", 2), digests={"api": D2})})
     assert tick.target("jobs-manager").last_good == {"api": f"docker.io/{JM_REPO}@{D2}"}
@@ -314,7 +316,7 @@ def test_a_new_digest_after_our_own_refresh_is_a_plain_refresh_not_a_contest() -
 
 def test_a_success_clears_failed_attempts_but_never_contested_ones() -> None:
     for contested in (0, 1):
-        tick = refreshing(maxRefreshAttempts=3)
+        tick = refreshing(maxRefreshAttempts=3, healthyFor="0s")
         (status,) = tick.status.targets
         counters = {"refresh_attempts": 2, "contested": contested}
         tick.status = tick.status.model_copy(
@@ -332,12 +334,14 @@ def test_a_success_clears_failed_attempts_but_never_contested_ones() -> None:
 def test_a_refresh_in_flight_when_the_ceiling_is_lowered_to_its_attempts_cannot_lift_the_lock() -> (
     None
 ):
-    tick = refreshing(maxRefreshAttempts=3)
+    tick = refreshing(maxRefreshAttempts=3, healthyFor="0s")
     (status,) = tick.status.targets
     tick.status = tick.status.model_copy(
         update={"targets": (status.model_copy(update={"refresh_attempts": 1}),)}
     )
-    tick.spec = spec(target("jobs-manager", api=JM), maxRefreshAttempts=1)  # lowered mid-flight
+    tick.spec = spec(
+        target("jobs-manager", api=JM), maxRefreshAttempts=1, healthyFor="0s"
+    )  # lowered
     tick.run({JOBS: evidence(settled(f"{JM_REPO}@{D2}"), digests={"api": D2})})
     status = tick.target("jobs-manager")
     assert status.pending is None  # the refresh landed and settled: it is judged

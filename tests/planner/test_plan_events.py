@@ -29,8 +29,26 @@ def events(plan_events: tuple[Event, ...], *reasons: str) -> list[tuple[str, str
     return [(e.type, e.reason, e.message) for e in plan_events if e.reason in reasons]
 
 
-def test_a_refresh_that_settles_is_announced_with_the_new_digest() -> None:
-    tick = Tick(spec(target("jobs-manager", api=JM)))
+def test_a_refresh_that_stays_healthy_through_its_window_is_announced_with_the_new_digest() -> None:
+    tick = Tick(spec(target("jobs-manager", api=JM)))  # healthyFor: the default 60 s
+    tick.run({JOBS: evidence(settled(f"{JM_REPO}@{D1}"), digests={"api": D2})})
+    plan = tick.run(
+        {JOBS: evidence(settled(f"{JM_REPO}@{D2}", 2), digests={"api": D2})},
+        advance=timedelta(seconds=60),
+    )
+    assert events(plan.events, "Refreshed") == []  # settled: its window starts
+    plan = tick.run({JOBS: evidence(settled(f"{JM_REPO}@{D2}", 2), digests={"api": D2})})
+    assert events(plan.events, "Refreshed") == [
+        (
+            "Normal",
+            "Refreshed",
+            f"{WORKLOAD} rolled out api → {D2[:19]}… and its pods stayed up for 1m0s",
+        )
+    ]
+
+
+def test_with_a_window_of_zero_the_settled_refresh_is_announced_at_once() -> None:
+    tick = Tick(spec(target("jobs-manager", api=JM), healthyFor="0s"))
     tick.run({JOBS: evidence(settled(f"{JM_REPO}@{D1}"), digests={"api": D2})})
     plan = tick.run({JOBS: evidence(settled(f"{JM_REPO}@{D2}", 2), digests={"api": D2})})
     assert events(plan.events, "Refreshed") == [
@@ -145,11 +163,17 @@ def test_the_life_of_a_two_container_refresh_names_every_container_and_image() -
     assert events(plan.events, "RolledBack") == [
         ("Normal", "RolledBack", f"{WORKLOAD} rolled back to {restored}")
     ]
-    tick = Tick(spec(target("jobs-manager", api=JM, monitor=PM)))
+    tick = Tick(spec(target("jobs-manager", api=JM, monitor=PM), healthyFor="30s"))
     tick.run({JOBS: evidence(deployment("jobs-manager", images(D1)), digests=digests)})
+    tick.run({JOBS: evidence(deployment("jobs-manager", images(D2), generation=2))})
     plan = tick.run({JOBS: evidence(deployment("jobs-manager", images(D2), generation=2))})
     assert events(plan.events, "Refreshed") == [
-        ("Normal", "Refreshed", f"{WORKLOAD} rolled out api → {D2[:19]}…, monitor → {D2[:19]}…")
+        (
+            "Normal",
+            "Refreshed",
+            f"{WORKLOAD} rolled out api → {D2[:19]}…, monitor → {D2[:19]}… and its pods stayed "
+            "up for 30s",
+        )
     ]
 
 

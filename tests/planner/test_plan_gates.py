@@ -81,6 +81,17 @@ def test_a_verified_digest_is_pinned_and_the_status_names_the_key() -> None:
     assert container.verified_by == FINGERPRINT
 
 
+def test_a_refresh_in_flight_and_in_its_health_window_still_names_the_verifying_key() -> None:
+    tick = Tick(spec(target("jobs-manager", api=JM), **VERIFY))
+    signed = {"digests": {"api": D2}, "signatures": {"api": verified(D2)}}
+    tick.run({JOBS: evidence(jobs(D1), **signed)}, advance=timedelta(seconds=5))
+    for workload in (jobs(D2, generation=2, available=0), jobs(D2, generation=2)):
+        tick.run({JOBS: evidence(workload, **signed)}, advance=timedelta(seconds=5))
+        status = tick.target("jobs-manager")
+        assert status.phase is Phase.REFRESHING  # rolling out, then watching its pods
+        assert status.containers[0].verified_by == FINGERPRINT
+
+
 @pytest.mark.parametrize("failure", list(Failure))
 def test_an_unverified_digest_is_not_pinned_the_target_is_untrusted_naming_digest_and_check(
     failure: Failure,

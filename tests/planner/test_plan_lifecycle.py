@@ -78,7 +78,7 @@ def test_an_intent_that_never_landed_is_dropped_uncounted_and_the_refresh_planne
 
 
 def test_a_landed_intent_is_recognised_as_ours_after_a_lost_status_write() -> None:
-    tick = Tick(spec(target("jobs-manager", api=JM)))
+    tick = Tick(spec(target("jobs-manager", api=JM), healthyFor="0s"))
     with_pending(tick, refresh_intent(f"{JM_REPO}@{D2}", f"{JM_REPO}@{D1}"))
     plan = tick.run({JOBS: evidence(settled(f"{JM_REPO}@{D2}", 2), digests={"api": D2})})
     assert plan.patches == ()
@@ -158,7 +158,7 @@ def test_a_landed_rollback_is_followed_until_it_settles_then_announced() -> None
 
 
 def test_a_writer_reverting_our_pin_counts_until_locked_and_a_success_never_clears_it() -> None:
-    tick = Tick(spec(target("jobs-manager", api=JM), maxRefreshAttempts=2))
+    tick = Tick(spec(target("jobs-manager", api=JM), maxRefreshAttempts=2, healthyFor="0s"))
     ours = f"{JM_REPO}@{D2}"
     tick.run({JOBS: evidence(settled(f"{JM_REPO}@{D1}"), digests={"api": D2})})
     tick.run({JOBS: evidence(settled(ours, 2), digests={"api": D2})})  # success: lastGood = D2
@@ -278,7 +278,7 @@ def test_a_landed_rollback_reverted_to_the_failed_images_is_superseded_naming_th
 
 
 def test_a_chart_rerender_to_the_tag_whose_pods_run_the_desired_digest_is_no_contest() -> None:
-    tick = Tick(spec(target("jobs-manager", api=JM)))
+    tick = Tick(spec(target("jobs-manager", api=JM), healthyFor="0s"))
     tick.run({JOBS: evidence(settled(f"{JM_REPO}@{D1}"), digests={"api": D2})})
     tick.run({JOBS: evidence(settled(f"{JM_REPO}@{D2}", 2), digests={"api": D2})})
     rerendered = settled(JM, 3)

@@ -38,8 +38,13 @@ def ran(value: str) -> str:
 
 
 def edge(*more: dict[str, Any], **fields: Any) -> Tick:
-    """The edge's jobs-manager and requests-proxy (one image), ``more`` targets, lockstep on."""
+    """The edge's jobs-manager and requests-proxy (one image), ``more`` targets, lockstep on.
+
+    The group rules are judged at the instant a member settles (``healthyFor: 0s``); how a
+    member's health window binds its group is tested on its own (``..._health_window_...``).
+    """
     fields.setdefault("lockstep", True)
+    fields.setdefault("healthyFor", "0s")
     return Tick(
         spec(
             target("jobs-manager", api=JM, **{"pods-monitor-container": PM}),
@@ -779,6 +784,7 @@ def test_a_dry_run_holds_no_success_for_a_peer_that_could_move_only_part_of_the_
             target("jobs-manager", api=JM),
             target("requests-proxy", proxy=JM, **{"proxy-worker": JM}),
             lockstep=True,
+            healthyFor="0s",
         )
     )
     both = {"proxy": f"{JM_REPO}@{D1}", "proxy-worker": f"{JM_REPO}@{D1}"}

@@ -38,8 +38,10 @@ def nodes(updated: int, available: int, *, image: str = f"{RM_REPO}@{D2}", gener
 
 
 def rolling(**fields: object) -> Tick:
-    """A tick that patched the DaemonSet from D1 to D2 at T0 (rolloutTimeout 2m)."""
+    """A tick that patched the DaemonSet from D1 to D2 at T0 (rolloutTimeout 2m); a settled
+    rollout is a success at once (``healthyFor: 0s``): these tables are about the deadline."""
     fields.setdefault("rolloutTimeout", "2m")
+    fields.setdefault("healthyFor", "0s")
     tick = Tick(spec(target("resource-monitor", "DaemonSet", AGENTS, monitor=RM), **fields))
     plan = tick.run(
         {

@@ -178,6 +178,7 @@ def scenario(draw: st.DrawFn) -> tuple[TickInput, dict[str, Any]]:
         maxRefreshAttempts=max_attempts,
         dryRun=draw(st.booleans()) and draw(st.booleans()),
         lockstep=draw(st.booleans()),
+        healthyFor=draw(st.sampled_from(["0s", "60s"])),
         **gates,
     )
     reset = draw(st.sampled_from([None, None, "r1"]))
@@ -330,8 +331,20 @@ def test_after_a_successful_refresh_replanning_plans_nothing_for_that_target(
     tick = case[0]
     plan = plan_tick(tick)
     refreshed = {p.target for p in plan.patches if p.purpose is PatchPurpose.REFRESH}
-    replan = plan_tick(_after_rollout(tick, plan))
+    rolled = _after_rollout(tick, plan)
+    replan = plan_tick(rolled)
     assert not refreshed & {p.target for p in replan.patches}
+    if tick.policy.spec.healthy_for:
+        # Settled: its health window started; once over with no crash, it is a success.
+        assert all(
+            t.pending is not None and t.pending.settled_at == rolled.now
+            for t in replan.status.targets
+            if (t.kind, t.namespace, t.name) in {(k.kind, k.namespace, k.name) for k in refreshed}
+        )
+        view = replace(rolled.policy, status=replan.status)
+        window = replace(rolled, policy=view, now=rolled.now + tick.policy.spec.healthy_for)
+        replan = plan_tick(window)
+        assert not refreshed & {p.target for p in replan.patches}
     for target in replan.status.targets:
         if (target.kind, target.namespace, target.name) in {
             (k.kind, k.namespace, k.name) for k in refreshed

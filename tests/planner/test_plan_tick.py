@@ -13,6 +13,7 @@ from support.ticks import (
     NS,
     PM,
     RM,
+    T0,
     Tick,
     budget,
     digest,
@@ -443,9 +444,14 @@ def test_a_rollout_in_flight_stays_refreshing_and_is_not_a_skip() -> None:
     assert (status.phase, status.skip_streak) == (Phase.REFRESHING, 0)
 
 
-def test_a_settled_refresh_succeeds_resets_attempts_and_records_last_good() -> None:
+def test_a_settled_refresh_healthy_through_its_window_succeeds_and_records_last_good() -> None:
     tick, _ = _refreshing_tick()
     done = deployment("jobs-manager", {"api": f"{JM_REPO}@{D2}"}, generation=2)
+    plan = tick.run({key("jobs-manager"): evidence(done, digests={"api": D2})})
+    status = tick.target("jobs-manager")
+    assert (status.phase, status.pending.settled_at) == (Phase.REFRESHING, T0)  # its window runs
+    assert (plan.patches, status.last_good, status.last_refresh) == ((), {}, None)
+    assert [e.reason for e in plan.events] == []
     plan = tick.run({key("jobs-manager"): evidence(done, digests={"api": D2})})
     status = tick.target("jobs-manager")
     assert plan.patches == ()
@@ -687,7 +693,8 @@ def budget_from(source: str) -> BudgetSnapshot:
 
 def test_the_policy_s_last_refresh_is_its_latest_target_refresh() -> None:
     names = ("jobs-manager", "requests-proxy")
-    tick = Tick(spec(*(target(n, api=JM) for n in names)))
+    # Settled alone is a success: each target's lastRefresh is its settling tick's.
+    tick = Tick(spec(*(target(n, api=JM) for n in names), healthyFor="0s"))
     old, new = {"api": f"{JM_REPO}@{D1}"}, {"api": f"{JM_REPO}@{D2}"}
     tick.run({key(n): evidence(deployment(n, old), digests={"api": D2}) for n in names})
     assert tick.status.last_refresh is None

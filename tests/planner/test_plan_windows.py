@@ -43,6 +43,9 @@ def waiting_message(opens: str = "2026-12-05T01:00:00Z", old: str = D1, new: str
 
 
 def windowed(*windows: dict[str, Any], **fields: Any) -> Tick:
+    """A policy refreshing only inside ``windows``; a settled refresh is a success at once
+    (``healthyFor: 0s``): these tables are about when refreshes start, not how they end."""
+    fields.setdefault("healthyFor", "0s")
     return Tick(spec(target("jobs-manager", api=JM), windows=list(windows), **fields))
 
 

@@ -51,7 +51,8 @@ def test_a_tenant_naming_another_namespace_s_workload_never_makes_its_owner_a_co
     assert "allow-list does not permit it" in refused["message"]
 
     cluster.apply(
-        policy("control-plane", target("jobs-manager", api=f"{repo}:prod")), namespace=owner
+        policy("control-plane", target("jobs-manager", api=f"{repo}:prod"), healthyFor="2s"),
+        namespace=owner,
     )
     operator.wait_first_tick(owner, "control-plane")
     current = settle(operator, cluster, owner, "jobs-manager")

@@ -43,7 +43,9 @@ def test_a_chart_rerender_of_the_tag_whose_pods_run_the_desired_digest_is_adopte
     repo, tag = f"{reg}/{ns}/jobs-manager", f"{reg}/{ns}/jobs-manager:prod"
     cluster.apply(deployment("jobs-manager", {"api": f"{repo}@{old}"}, replicas=1), namespace=ns)
     cluster.kubectl("rollout", "status", "-n", ns, "deployment/jobs-manager", "--timeout=60s")
-    cluster.apply(policy("control-plane", target("jobs-manager", api=tag)), namespace=ns)
+    cluster.apply(
+        policy("control-plane", target("jobs-manager", api=tag), healthyFor="2s"), namespace=ns
+    )
     operator.wait_first_tick(ns, "control-plane")
     pinned = settle(operator, cluster, ns, "jobs-manager")
     assert images(cluster, ns, "jobs-manager") == {"api": f"{repo}@{new}"}

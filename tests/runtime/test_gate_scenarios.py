@@ -52,7 +52,8 @@ def test_a_failed_build_stays_barred_when_the_tag_moves_away_and_back_and_a_new_
     bad, _ = running_good_digest_with_bad_next(
         cluster, pusher, ns, reg, "away", progressDeadlineSeconds=2
     )
-    cluster.apply(policy("control-plane", target("app", app=f"{reg}/{ns}/app:prod")), namespace=ns)
+    tracked = target("app", app=f"{reg}/{ns}/app:prod")
+    cluster.apply(policy("control-plane", tracked, healthyFor="2s"), namespace=ns)
     operator.wait_first_tick(ns, "control-plane")
     pusher.push(f"{ns}/app", "prod", seed="away-bad")  # tag → bad
     settle(operator, cluster, ns, "app", phase="Waiting", timeout=120)
@@ -188,7 +189,8 @@ def test_a_sibling_s_refresh_leaves_a_tag_whose_new_build_is_held_on_its_tag(
         {"name": "side", "image": tags["side"]},
     ]
     edge = {"kind": "Deployment", "name": "edge", "containers": containers}
-    spec: dict[str, Any] = {"targets": [edge]}
+    # Judged as it settles: this test is about the gates, not the health window.
+    spec: dict[str, Any] = {"targets": [edge], "healthyFor": "0s"}
     if gate == "cooling down":
         spec["minimumAge"] = "1h"
     else:

@@ -399,7 +399,10 @@ async def test_a_writer_reverting_our_pin_ends_locked_naming_it_not_rolling_fore
     new = pusher.push(f"{ns}/app", "prod", seed="new").digest
     repo = f"{registry}/{ns}/app"
     deployment_with_policy(cluster, ns, f"{repo}@{old}", tracked=f"{repo}:prod")
-    edit = [{"op": "add", "path": "/spec/maxRefreshAttempts", "value": 2}]
+    edit = [
+        {"op": "add", "path": "/spec/maxRefreshAttempts", "value": 2},
+        {"op": "add", "path": "/spec/healthyFor", "value": "0s"},  # judged as it settles
+    ]
     cluster.kubectl("patch", "irp", POLICY, "-n", ns, "--type=json", "-p", json.dumps(edit))
 
     async def settle_and_tick() -> None:

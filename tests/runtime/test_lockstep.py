@@ -78,7 +78,9 @@ def test_a_peer_that_cannot_move_holds_the_other_untouched_until_both_move_toget
     new = pusher.push(f"{ns}/app", "prod", seed="lockstep-hold-new")
     # The proxy's pods never become Ready: it never settles, so it is Frozen at once.
     stuck = {"imagerefresh.test/never-ready": "true"}
-    two_on_one_image(cluster, ns, pinned_old, stuck, proxy_settles=False, maxSkipTicks=1)
+    two_on_one_image(
+        cluster, ns, pinned_old, stuck, proxy_settles=False, maxSkipTicks=1, healthyFor="2s"
+    )
     operator.wait_first_tick(ns, "control-plane")
     waiting = eventually(
         lambda: (t := target_status(cluster, ns, "api-server"))["phase"] == "Waiting" and t,
@@ -186,6 +188,7 @@ def test_a_refresh_outside_the_group_that_adopts_a_member_is_never_rolled_back_f
             target("proxy", proxy=f"{app}:prod"),
             lockstep=True,
             maxSkipTicks=1,
+            healthyFor="2s",
         ),
         namespace=ns,
     )

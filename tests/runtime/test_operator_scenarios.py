@@ -58,7 +58,9 @@ def test_a_new_digest_is_pinned_into_both_containers_in_one_rollout_and_settles(
     cluster.kubectl("rollout", "status", "-n", ns, "deployment/jobs-manager", "--timeout=60s")
     cluster.apply(
         policy(
-            "control-plane", target("jobs-manager", api=api_image, **{"pods-monitor": mon_image})
+            "control-plane",
+            target("jobs-manager", api=api_image, **{"pods-monitor": mon_image}),
+            healthyFor="2s",  # a short health window: Current once it ends, with no tick
         ),
         namespace=ns,
     )
@@ -280,7 +282,11 @@ def test_a_never_ready_target_freezes_while_the_others_refresh_and_thaws_when_it
     )
     cluster.apply(
         policy(
-            "control-plane", target("stuck", app=tag), target("healthy", app=tag), maxSkipTicks=2
+            "control-plane",
+            target("stuck", app=tag),
+            target("healthy", app=tag),
+            maxSkipTicks=2,
+            healthyFor="2s",
         ),
         namespace=ns,
     )
@@ -389,7 +395,11 @@ def test_an_operator_killed_mid_rollout_resumes_from_status_without_a_second_pat
     slow["spec"]["minReadySeconds"] = 10
     cluster.apply(slow, namespace=ns)
     cluster.kubectl("rollout", "status", "-n", ns, "deployment/app", "--timeout=60s")
-    cluster.apply(policy("control-plane", target("app", app=f"{reg}/{ns}/app:prod")), namespace=ns)
+    # A restarted operator carries the rollout on, and then its health window, from status.
+    cluster.apply(
+        policy("control-plane", target("app", app=f"{reg}/{ns}/app:prod"), healthyFor="3s"),
+        namespace=ns,
+    )
     operator.wait_first_tick(ns, "control-plane")
     second = pusher.push(f"{ns}/app", "prod", seed="k2")
     operator.tick(ns, "control-plane")

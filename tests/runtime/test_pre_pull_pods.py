@@ -73,6 +73,7 @@ def test_a_daemonset_is_patched_only_after_a_helper_pod_per_node_and_none_is_lef
             "control-plane",
             target("agents", "DaemonSet", agent=f"{reg}/{ns}/agent:prod"),
             prePull=True,
+            healthyFor="2s",
         ),
         namespace=ns,
     )

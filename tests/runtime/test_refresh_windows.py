@@ -78,7 +78,7 @@ def test_outside_its_window_a_policy_waits_naming_the_start_and_the_override_ref
     pinned_v1, tag = app_on_old_digest(cluster, pusher, ns, reg)
     v2 = pusher.push(f"{ns}/app", "prod", seed=f"{ns}-v2")
     window, opens = closed_window()
-    spec = {"interval": "1h", "windows": [window]}
+    spec = {"interval": "1h", "windows": [window], "healthyFor": "2s"}
     cluster.apply(policy("control-plane", target("app", app=tag), **spec), namespace=ns)
     operator.wait_first_tick(ns, "control-plane")
 
@@ -127,7 +127,7 @@ def test_inside_its_window_a_policy_refreshes(
     _, tag = app_on_old_digest(cluster, pusher, ns, reg)
     v2 = pusher.push(f"{ns}/app", "prod", seed=f"{ns}-v2")
     always = {"days": ALL_DAYS, "start": "00:00", "end": "00:00", "timeZone": "Europe/Berlin"}
-    spec = {"interval": "1h", "windows": [always]}
+    spec = {"interval": "1h", "windows": [always], "healthyFor": "2s"}
     cluster.apply(policy("control-plane", target("app", app=tag), **spec), namespace=ns)
     operator.wait_first_tick(ns, "control-plane")
     eventually(

@@ -83,7 +83,7 @@ def follow_ups(operator: Operator, namespace: str) -> float:
     )
 
 
-def test_a_refresh_is_judged_when_its_rollout_settles_without_an_interval_tick(
+def test_a_refresh_is_judged_when_its_health_window_ends_without_an_interval_tick(
     operator: Operator, cluster: Cluster, pusher: ImagePusher, policy_namespace: str
 ) -> None:
     ns, reg = policy_namespace, operator.registry
@@ -91,11 +91,16 @@ def test_a_refresh_is_judged_when_its_rollout_settles_without_an_interval_tick(
     cluster.apply(deployment("app", {"app": f"{reg}/{ns}/app@{old.digest}"}), namespace=ns)
     cluster.kubectl("rollout", "status", "-n", ns, "deployment/app", "--timeout=60s")
     new = pusher.push(f"{ns}/app", "prod", seed="follow-new")
-    cluster.apply(policy("control-plane", target("app", app=f"{reg}/{ns}/app:prod")), namespace=ns)
+    tracked = target("app", app=f"{reg}/{ns}/app:prod")
+    cluster.apply(policy("control-plane", tracked, healthyFor="3s"), namespace=ns)
 
     current = reaches(cluster, ns, "app", "Current")
     assert images(cluster, ns, "app") == {"app": f"{reg}/{ns}/app@{new.digest}"}
     assert (current["refreshAttempts"], current.get("pending")) == (0, None)
+    # Judged at the window's end, which the settling follow-up recorded (status kept no trace
+    # of it but this: it is a success only once its window passed).
+    (refreshed,) = event_messages(cluster, ns, "app", "Refreshed")
+    assert refreshed.endswith("and its pods stayed up for 3s")
     event_reasons(cluster, ns, "app", "Refreshing", "Refreshed", timeout=VERDICT_TIMEOUT)
     assert interval_ticks(operator, ns) == 1  # the policy's first tick, and no other
     assert follow_ups(operator, ns) >= 1
@@ -139,6 +144,7 @@ def test_a_daemonset_progressing_node_by_node_past_rollout_timeout_is_not_failed
             "control-plane",
             target("agents", "DaemonSet", agent=f"{reg}/{ns}/agent:prod"),
             rolloutTimeout="30s",
+            healthyFor="2s",
         ),
         namespace=ns,
     )

@@ -13,7 +13,7 @@ import asyncio
 import threading
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -77,9 +77,30 @@ class Watches:
 
     versions: dict[TargetKey, str] = field(default_factory=dict)  # watched and synced
     listener: Callable[[TargetKey, str], None] | None = None
+    pod_listener: Callable[[str, Mapping[str, str]], None] | None = None
+    synced_pods: set[str] = field(default_factory=set)  # namespaces whose pods are watched
+    selectors: dict[TargetKey, dict[str, str]] = field(default_factory=dict)  # matchLabels
 
     def listen(self, listener: Callable[[TargetKey, str], None]) -> None:
         self.listener = listener
+
+    def listen_pods(self, listener: Callable[[str, Mapping[str, str]], None]) -> None:
+        self.pod_listener = listener
+
+    def pods_synced(self, namespace: str) -> bool:
+        return namespace in self.synced_pods
+
+    def selects(self, key: TargetKey, labels: Mapping[str, str]) -> bool:
+        wanted = self.selectors.get(key, {})
+        return all(labels.get(k) == v for k, v in wanted.items())
+
+    def pod_change(self, namespace: str, labels: dict[str, str]) -> None:
+        """A pod watch delivers a change from its own thread; returns once the thread has
+        handed it on (a barrier: what it asks of the loop is queued by then, or nothing is)."""
+        assert self.pod_listener is not None
+        thread = threading.Thread(target=self.pod_listener, args=(namespace, labels))
+        thread.start()
+        thread.join()
 
     def version(self, key: TargetKey) -> str | None:
         return self.versions.get(key)
@@ -151,10 +172,12 @@ class Ticker:
         return result
 
 
-def flying(deadline: float | None, *workloads: TargetKey) -> TickOutcome:
+def flying(deadline: float | None, *workloads: TargetKey, pods: bool = False) -> TickOutcome:
+    """After a tick: ``workloads`` (or APP) in flight; ``pods``: in their health windows."""
     when = datetime.fromtimestamp(deadline, UTC) if deadline is not None else None
     keys = frozenset(workloads or {APP})
-    return TickOutcome(None, None, InFlight(keys, when), dict.fromkeys(keys, "1"))  # type: ignore[arg-type]
+    judged = InFlight(keys, when, keys if pods else frozenset())
+    return TickOutcome(None, None, judged, dict.fromkeys(keys, "1"))  # type: ignore[arg-type]
 
 
 class Observed(Scheduler):
@@ -165,7 +188,7 @@ class Observed(Scheduler):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.passes = self.polls = self.moves = 0
+        self.passes = self.polls = self.moves = self.pod_moves = 0
 
     def _sleep(self, now: float, ticking: bool) -> float:
         self.passes += 1  # the pass at `now` has started whatever was due
@@ -178,6 +201,10 @@ class Observed(Scheduler):
     def moved(self, key: TargetKey, version: str) -> None:
         self.moves += 1
         super().moved(key, version)
+
+    def pods_moved(self, key: TargetKey) -> None:
+        self.pod_moves += 1
+        super().pods_moved(key)
 
 
 def observed(ticker: Ticker, clock: Clock) -> Observed:
@@ -628,3 +655,126 @@ async def test_no_follow_up_runs_beside_a_tick_that_is_not_waiting_on_a_registry
     assert ticker.calls == [False, False]  # one tick of a policy decides at a time
     ticker.ticking.set()
     await until(lambda: scheduler._policies["uid"].running is None)
+
+
+# --- a refresh's health window: its pods, and its end ----------------------------------------
+
+OTHER = TargetKey("Deployment", "ns", "other")  # type: ignore[arg-type]
+
+
+@pytest.fixture
+async def pods_watched() -> AsyncIterator[tuple[Observed, Ticker, Clock]]:
+    watches = Watches({APP: "1", OTHER: "1"}, synced_pods={"ns"})
+    watches.selectors = {APP: {"app": "app"}, OTHER: {"app": "other"}}
+    ticker, clock = Ticker(watches=watches), Clock()
+    scheduler = observed(ticker, clock)
+    task = asyncio.create_task(scheduler.run())
+    await until(lambda: scheduler.passes > 0)  # its first look, at no policy, is behind it
+    yield scheduler, ticker, clock
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    await scheduler.stop()
+
+
+async def test_a_pod_of_a_refresh_in_its_health_window_that_changes_is_judged_at_once(
+    pods_watched: tuple[Observed, Ticker, Clock],
+) -> None:
+    scheduler, ticker, clock = pods_watched
+    assert ticker.watches is not None
+    start = clock.now
+    ticker.next = [flying(start + 60, APP, OTHER, pods=True)]
+    scheduler.observe("uid", "ns", "p", INTERVAL, spec(1))
+    await at(scheduler, clock, start)
+    await until(lambda: len(ticker.calls) == 1)
+    # Another namespace's pod, and a pod the workloads in flight do not select: nothing.
+    ticker.watches.pod_change("elsewhere", {"app": "app"})
+    ticker.watches.pod_change("ns", {"app": "unrelated"})
+    assert scheduler.pod_moves == 0  # the watch threads handed nothing on
+    await at(scheduler, clock, start + 1)
+    assert ticker.calls == [False]
+    assert ticker.api.reads == 0  # the pods are watched: nothing is polled either
+    ticker.next = [flying(start + 60, APP, OTHER, pods=True)]
+    ticker.watches.pod_change("ns", {"app": "app", "pod-template-hash": "abc"})  # it restarted
+    await until(lambda: scheduler.pod_moves == 1)  # the event reached the loop
+    await at(scheduler, clock, clock.now + FOLLOW_SETTLE)
+    await until(lambda: ticker.calls == [False, True])
+
+
+async def test_pods_of_a_rollout_not_in_a_health_window_tick_nothing(
+    pods_watched: tuple[Observed, Ticker, Clock],
+) -> None:
+    scheduler, ticker, clock = pods_watched
+    assert ticker.watches is not None
+    start = clock.now
+    ticker.next = [flying(start + 600, APP)]  # healthyFor 0s, or a rollback: the workload alone
+    scheduler.observe("uid", "ns", "p", INTERVAL, spec(1))
+    await at(scheduler, clock, start)
+    await until(lambda: len(ticker.calls) == 1)
+    ticker.watches.pod_change("ns", {"app": "app"})
+    assert scheduler.pod_moves == 0  # the watch thread handed nothing on
+    await at(scheduler, clock, start + 1)
+    assert ticker.calls == [False]
+
+
+async def test_a_pod_change_while_the_tick_ran_is_judged_when_it_ends(
+    pods_watched: tuple[Observed, Ticker, Clock],
+) -> None:
+    scheduler, ticker, clock = pods_watched
+    assert ticker.watches is not None
+    start = clock.now
+    ticker.next = [flying(start + 60, APP, pods=True)]
+    scheduler.observe("uid", "ns", "p", INTERVAL, spec(1))
+    await at(scheduler, clock, start)
+    await until(lambda: len(ticker.calls) == 1)
+    ticker.ticking.clear()  # the next tick takes a while
+    ticker.next = [flying(start + 60, APP, pods=True), None]
+    ticker.watches.pod_change("ns", {"app": "app"})
+    await until(lambda: scheduler.pod_moves == 1)  # the event reached the loop
+    await at(scheduler, clock, clock.now + FOLLOW_SETTLE)
+    await until(lambda: len(ticker.calls) == 2)
+    ticker.watches.pod_change("ns", {"app": "app"})  # after that tick read the pods
+    await until(lambda: scheduler.pod_moves == 2)
+    ticker.ticking.set()
+    await until(lambda: scheduler._policies["uid"].running is None)
+    await at(scheduler, clock, clock.now + FOLLOW_SETTLE)
+    await until(lambda: ticker.calls == [False, True, True])
+
+
+async def test_a_health_window_s_end_is_judged_at_its_instant_even_within_a_period(
+    pods_watched: tuple[Observed, Ticker, Clock],
+) -> None:
+    scheduler, ticker, clock = pods_watched
+    start = clock.now
+    end = start + 0.5  # sooner than one follow period (2 s)
+    ticker.next = [flying(end, APP, pods=True), None]
+    scheduler.observe("uid", "ns", "p", INTERVAL, spec(1))
+    await at(scheduler, clock, start)
+    await until(lambda: len(ticker.calls) == 1)
+    await at(scheduler, clock, end - 0.1)
+    assert ticker.calls == [False]
+    await at(scheduler, clock, end)
+    await until(lambda: ticker.calls == [False, True])
+
+
+async def test_pods_in_a_health_window_no_synced_copy_reports_are_read_every_period(
+    pods_watched: tuple[Observed, Ticker, Clock],
+) -> None:
+    scheduler, ticker, clock = pods_watched
+    assert ticker.watches is not None
+    ticker.watches.synced_pods.clear()  # the pod stream broke (or pods may not be watched)
+    start = clock.now
+    ticker.next = [flying(start + 60, APP, pods=True), flying(start + 60, APP, pods=True)]
+    scheduler.observe("uid", "ns", "p", INTERVAL, spec(1))
+    await at(scheduler, clock, start)
+    await until(lambda: len(ticker.calls) == 1)
+    await at(scheduler, clock, start + 1.9)
+    assert ticker.calls == [False]
+    await at(scheduler, clock, start + 2)
+    await until(lambda: ticker.calls == [False, True])  # a follow-up reads them
+    await until(lambda: scheduler._policies["uid"].running is None)
+    ticker.watches.synced_pods.add("ns")  # listed again: their events tick it from now on
+    ticker.next = [flying(start + 60, APP, pods=True)]
+    await at(scheduler, clock, start + 4)
+    await until(lambda: ticker.calls == [False, True, True])
+    await at(scheduler, clock, start + 8)
+    assert ticker.calls == [False, True, True]

@@ -22,9 +22,7 @@ accepts an attestation).
 
 from __future__ import annotations
 
-import contextlib
 import json
-import secrets
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,8 +35,8 @@ from imagerefresh.signatures import Failure, fallback_tag, legacy_tag, parse_pub
 from support.cluster_env import Cluster, eventually
 from support.cosign_env import KeyPair, key_pair
 from support.hostile_registry import HostileRegistry
-from support.hub_front import HubFront, ServedRequest
-from support.operator_env import Operator, running_operator
+from support.hub_front import ServedRequest
+from support.operator_env import Operator, front_of, running_operator, watched_namespace
 from support.referrers_env import ReferrersRegistry
 from support.registry_env import ImagePusher
 from support.scenario import (
@@ -157,29 +155,14 @@ def operator(
         yield running
 
 
-@contextlib.contextmanager
-def module_namespace(cluster: Cluster, what: str) -> Iterator[str]:
-    """A namespace the operator watches (irp-*), for the objects a module fixture shares."""
-    name = f"irp-sig-{what}-{secrets.token_hex(2)}"
-    cluster.kubectl("create", "namespace", name)
-    try:
-        yield name
-    finally:
-        cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
-
-
-def front_of(operator: Operator) -> HubFront:
-    assert operator.front is not None
-    return operator.front
-
-
 def policy_target(cluster: Cluster, ns: str, name: str, workload: str) -> dict[str, Any]:
     """The status of ``workload``'s target in the policy ``name``."""
     return next(t for t in status(cluster, ns, name)["targets"] if t["name"] == workload)
 
 
 def signed_policy(signer: Signer, *targets: dict[str, Any], name: str = POLICY) -> dict[str, Any]:
-    return policy(name, *targets, verify={"publicKeys": [signer.pem]})
+    # A short health window: what is verified and pinned is judged Current seconds later.
+    return policy(name, *targets, verify={"publicKeys": [signer.pem]}, healthyFor="2s")
 
 
 def roll_out(cluster: Cluster, ns: str, *names: str) -> None:
@@ -278,7 +261,7 @@ def pinned(
     front = front_of(operator)
     pushed_to = {"distribution": registry, "referrers": referrers_registry.host}
     tracked_at = {"distribution": front.host, "referrers": referrers_registry.host}
-    with module_namespace(cluster, "pinned") as ns:
+    with watched_namespace(cluster, "sig-pinned") as ns:
         repositories, digests = {}, {}
         for name, (where, bundle) in FORMATS.items():
             path = f"{ns}/{name}"
@@ -559,7 +542,7 @@ def held(operator: Operator, cluster: Cluster, registry: str, signer: Signer) ->
     """One policy over a Deployment per row, each on its tag, the tag answering the row's
     build; the policy's first tick has run."""
     front = front_of(operator)
-    with module_namespace(cluster, "untrusted") as ns:
+    with watched_namespace(cluster, "sig-untrusted") as ns:
         pusher = ImagePusher(registry)
         try:
             digests = {

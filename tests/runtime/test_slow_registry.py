@@ -102,7 +102,10 @@ def test_a_registry_that_never_answers_holds_no_other_policy_s_tick_or_verdict(
     old = pusher.push(f"{healthy}/app", "prod", seed="slow-old").digest
     repo = f"{reg}/{healthy}/app"
     cluster.apply(deployment("app", {"app": f"{repo}@{old}"}, replicas=1), namespace=healthy)
-    cluster.apply(policy("control-plane", target("app", app=f"{repo}:prod")), namespace=healthy)
+    cluster.apply(
+        policy("control-plane", target("app", app=f"{repo}:prod"), healthyFor="2s"),
+        namespace=healthy,
+    )
     operator.wait_first_tick(healthy, "control-plane")
 
     silent.behaviour = "silent"
@@ -157,6 +160,7 @@ def test_a_policy_s_healthy_rollout_is_judged_while_its_tick_waits_on_another_re
             "control-plane",
             target("app", app=f"{repo}:prod"),
             target("side", side=f"{side_repo}:prod"),
+            healthyFor="2s",  # its end is judged aside the tick that waits, too
         ),
         namespace=ns,
     )

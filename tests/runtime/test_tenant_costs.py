@@ -35,10 +35,8 @@ What it asserts cannot come out differently under load:
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
-import secrets
 import threading
 import time
 from collections.abc import Iterator
@@ -55,7 +53,13 @@ from support.cluster_env import Cluster, eventually
 from support.cosign_env import key_pair
 from support.heavy_keys import rsa8192_keys
 from support.hub_front import HubFront
-from support.operator_env import Operator, pull_secret, running_operator
+from support.operator_env import (
+    Operator,
+    front_of,
+    pull_secret,
+    running_operator,
+    watched_namespace,
+)
 from support.registry_env import ImagePusher
 from support.scenario import deployment, images, policy, status
 from support.signing import (
@@ -88,21 +92,6 @@ def operator(
     log = tmp_path_factory.mktemp("operator") / "operator.log"
     with running_operator(crd_installed, registry, log, grid_from_start=True) as running:
         yield running
-
-
-@contextlib.contextmanager
-def namespace(cluster: Cluster, what: str) -> Iterator[str]:
-    name = f"irp-tenant-{what}-{secrets.token_hex(2)}"
-    cluster.kubectl("create", "namespace", name)
-    try:
-        yield name
-    finally:
-        cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
-
-
-def front_of(operator: Operator) -> HubFront:
-    assert operator.front is not None
-    return operator.front
 
 
 def push(host: str, path: str, tag: str, seed: str) -> str:
@@ -243,7 +232,10 @@ def test_a_hostile_policy_verifying_holds_neither_healthz_nor_an_honest_verdict(
     hostile_key = key_pair(cosign, work / "hostile", PASSWORD)  # listed nowhere
     honest_key = key_pair(cosign, work / "honest", PASSWORD)
     honest_pem = honest_key.public.read_text()
-    with namespace(cluster, "honest") as honest_ns, namespace(cluster, "hostile") as hostile_ns:
+    with (
+        watched_namespace(cluster, "tenant-honest") as honest_ns,
+        watched_namespace(cluster, "tenant-hostile") as hostile_ns,
+    ):
         # The honest policy: Current on a signed build, before anything hostile exists.
         path = f"{honest_ns}/app"
         old = push(registry, path, "prod", f"{honest_ns}-old")
@@ -372,7 +364,10 @@ def test_one_tenant_reading_no_signature_never_plants_untrusted_for_another(
     front = front_of(operator)
     key = key_pair(cosign, tmp_path_factory.mktemp("tenant-keys"), PASSWORD)
     pem = key.public.read_text()
-    with namespace(cluster, "stranger") as stranger, namespace(cluster, "owner") as owner:
+    with (
+        watched_namespace(cluster, "tenant-stranger") as stranger,
+        watched_namespace(cluster, "tenant-owner") as owner,
+    ):
         path = f"{owner}/private"
         digest = push(registry, path, "prod", f"{owner}-private")
         cosign_sign(cosign, key.private, f"{registry}/{path}@{digest}", bundle_format=True,
@@ -427,7 +422,7 @@ def test_a_signature_lookup_waits_for_the_pull_budget_s_reserve_and_nothing_is_p
     key = key_pair(cosign, tmp_path_factory.mktemp("saver-keys"), PASSWORD)
     pem = key.public.read_text()
     reserve = 5
-    with namespace(cluster, "saver") as ns:
+    with watched_namespace(cluster, "tenant-saver") as ns:
         path = f"{ns}/app"
         old = push(registry, path, "old", f"{ns}-old")
         new = push(registry, path, "prod", f"{ns}-new")

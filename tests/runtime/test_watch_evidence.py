@@ -7,6 +7,8 @@ tick decides on the change; a watch that breaks in the middle of a rollout — t
 410 Gone, a stream cut under the reader — still ends in the rollout's verdict, decided on the
 copy the new list made, with nothing polled and nothing read directly meanwhile (the test
 counts both).
+Policies here are judged as they settle (``healthyFor: 0s``): these tests are about the copies;
+the health window's own following of pods is in test_rollout_following and test_scheduler.
 """
 
 from __future__ import annotations
@@ -114,7 +116,7 @@ async def test_a_tick_on_synced_copies_reads_no_workload_or_pod_and_still_pins_t
 ) -> None:
     cluster, ns = crd_installed, policy_namespace
     pusher.push(f"{ns}/app", "prod", seed="one")
-    deployment_with_policy(cluster, ns, f"{registry}/{ns}/app:prod")
+    deployment_with_policy(cluster, ns, f"{registry}/{ns}/app:prod", healthyFor="0s")
     api = CountingKubeApi.from_environment(cluster.kubeconfig)
     key = TargetKey(WorkloadKind.DEPLOYMENT, ns, "app")
     with _ticker(api, registry) as ticker:
@@ -154,7 +156,7 @@ async def test_a_copy_the_rbac_never_lets_sync_is_never_decided_on_every_tick_re
 ) -> None:
     cluster, ns = crd_installed, policy_namespace
     pusher.push(f"{ns}/app", "prod", seed="one")
-    deployment_with_policy(cluster, ns, f"{registry}/{ns}/app:prod")
+    deployment_with_policy(cluster, ns, f"{registry}/{ns}/app:prod", healthyFor="0s")
     cluster.apply(*_operator_role_without_list_or_watch(ns), namespace=ns)
     kubeconfig = service_account_kubeconfig(cluster, ns, "default", tmp_path / "kc")
     api = CountingKubeApi.from_environment(str(kubeconfig))
@@ -229,7 +231,7 @@ async def test_a_change_behind_a_lagging_copy_fails_the_patch_s_precondition_and
 ) -> None:
     cluster, ns = crd_installed, policy_namespace
     pusher.push(f"{ns}/app", "prod", seed="one")
-    deployment_with_policy(cluster, ns, f"{registry}/{ns}/app:prod")
+    deployment_with_policy(cluster, ns, f"{registry}/{ns}/app:prod", healthyFor="0s")
     api = CountingKubeApi.from_environment(cluster.kubeconfig)
     key = TargetKey(WorkloadKind.DEPLOYMENT, ns, "app")
     with _ticker(api, registry) as ticker:
@@ -329,7 +331,7 @@ async def test_a_watch_broken_mid_rollout_still_yields_the_verdict_decided_on_th
 ) -> None:
     cluster, ns = crd_installed, policy_namespace
     pusher.push(f"{ns}/app", "prod", seed="one")
-    deployment_with_policy(cluster, ns, f"{registry}/{ns}/app:prod")
+    deployment_with_policy(cluster, ns, f"{registry}/{ns}/app:prod", healthyFor="0s")
     api = CountingKubeApi.from_environment(cluster.kubeconfig)
     key = TargetKey(WorkloadKind.DEPLOYMENT, ns, "app")
 
@@ -503,7 +505,9 @@ async def test_a_stream_silent_mid_rollout_still_yields_the_verdict_and_bars_not
     cluster, ns = crd_installed, policy_namespace
     old = pusher.push(f"{ns}/app", "prod", seed="silent-old")
     pinned = f"{registry}/{ns}/app@{old.digest}"
-    deployment_with_policy(cluster, ns, pinned, tracked=f"{registry}/{ns}/app:prod")
+    deployment_with_policy(
+        cluster, ns, pinned, tracked=f"{registry}/{ns}/app:prod", healthyFor="0s"
+    )
     if silence == "within a short deadline":
         cluster.kubectl(
             "patch", "irp", POLICY, "-n", ns, "--type=merge", "-p",

@@ -310,14 +310,30 @@ def operator_without_interval_ticks(
         yield running
 
 
+@contextlib.contextmanager
+def watched_namespace(cluster: Cluster, what: str) -> Iterator[str]:
+    """A fresh namespace the operator watches (irp-*), named after ``what``; deleted after."""
+    name = f"irp-{what}-{secrets.token_hex(2)}"
+    cluster.kubectl("create", "namespace", name)
+    try:
+        yield name
+    finally:
+        cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
 @pytest.fixture
 def policy_namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]:
     """A fresh namespace the module's operator watches (irp-*)."""
-    base = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower())[:40].strip("-")
-    name = f"irp-{base}-{secrets.token_hex(2)}"
-    cluster.kubectl("create", "namespace", name)
-    yield name
-    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+    with watched_namespace(
+        cluster, re.sub(r"[^a-z0-9]+", "-", request.node.name.lower())[:40].strip("-")
+    ) as name:
+        yield name
+
+
+def front_of(operator: Operator) -> HubFront:
+    """The Docker-Hub front the operator reads the registry through (every fixture's has one)."""
+    assert operator.front is not None
+    return operator.front
 
 
 def kwok_pod_template(
@@ -339,10 +355,10 @@ def kwok_pod_template(
 
 
 def deployment_with_policy(
-    cluster: Cluster, namespace: str, image: str, *, tracked: str | None = None
+    cluster: Cluster, namespace: str, image: str, *, tracked: str | None = None, **spec: Any
 ) -> None:
     """One Deployment ``app`` on ``image``, rolled out, and a policy ``control-plane`` tracking
-    it (or the tag ``tracked``, when the Deployment starts pinned).
+    it (or the tag ``tracked``, when the Deployment starts pinned); ``spec``: more of its spec.
 
     The rollout is waited for so that a tick planned right after sees a settled Deployment
     (an unsettled one is a skip, not the drift the callers test)."""
@@ -368,7 +384,8 @@ def deployment_with_policy(
                         "name": "app",
                         "containers": [{"name": "app", "image": tracked or image}],
                     }
-                ]
+                ],
+                **spec,
             },
         },
         namespace=namespace,

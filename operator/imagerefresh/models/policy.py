@@ -21,7 +21,9 @@ from imagerefresh.reference import ImageReference, parse, parse_digest, tracked_
 from imagerefresh.signatures import MAX_KEYS, MAX_PEM_CHARS, PublicKey, parse_public_keys
 
 __all__ = [
+    "DEFAULT_HEALTHY_FOR",
     "MAX_CONTAINERS_PER_TARGET",
+    "MAX_HEALTHY_FOR",
     "MAX_MINIMUM_AGE",
     "MAX_POLICY_CONTAINERS",
     "MAX_TARGETS",
@@ -46,6 +48,11 @@ MAX_POLICY_CONTAINERS = 256
 MIN_ROLLOUT_TIMEOUT = timedelta(seconds=30)
 # A cooldown is a safety delay for a bad push, not a release schedule: a month at most.
 MAX_MINIMUM_AGE = timedelta(days=30)
+# How long a refresh's pods must stay up after its rollout settled before it counts as a
+# success. Long enough for a build that exits after starting to be caught; an hour at most,
+# because the target stays Refreshing (and its pods followed) for that long.
+DEFAULT_HEALTHY_FOR = timedelta(seconds=60)
+MAX_HEALTHY_FOR = timedelta(hours=1)
 # What the CRD admits as one key: the PEM block cosign.pub holds, and nothing else.
 PEM_PUBLIC_KEY_PATTERN = (
     r"^\s*-----BEGIN PUBLIC KEY-----\s+[A-Za-z0-9+/=\s]+-----END PUBLIC KEY-----\s*$"
@@ -100,6 +107,7 @@ class TargetSpec(ApiModel):
         tuple[ContainerSpec, ...], Field(min_length=1, max_length=MAX_CONTAINERS_PER_TARGET)
     ]
     rollout_timeout: Duration | None = None  # overrides the policy's progress deadline
+    healthy_for: Duration | None = None  # overrides the policy's health window
     pre_pull: bool | None = None  # overrides the policy's prePull
 
     @field_validator("rollout_timeout")
@@ -109,6 +117,13 @@ class TargetSpec(ApiModel):
             raise ValueError("rolloutTimeout must be at least 30s")
         return value
 
+    @field_validator("healthy_for")
+    @classmethod
+    def _health_window_bounded(cls, value: timedelta | None) -> timedelta | None:
+        if value is not None:
+            _check_healthy_for(value)
+        return value
+
     @field_validator("containers")
     @classmethod
     def _container_names_unique(cls, value: tuple[ContainerSpec, ...]) -> tuple[ContainerSpec, ...]:
@@ -116,6 +131,11 @@ class TargetSpec(ApiModel):
         if len(names) != len(set(names)):
             raise ValueError("each container may be declared once per target")
         return value
+
+
+def _check_healthy_for(value: timedelta) -> None:
+    if not timedelta(0) <= value <= MAX_HEALTHY_FOR:
+        raise ValueError("healthyFor must be between 0s and 1h")
 
 
 class Weekday(StrEnum):
@@ -228,6 +248,9 @@ class PolicySpec(ApiModel):
     max_skip_ticks: Annotated[int, Field(ge=1)] = 8
     max_refresh_attempts: Annotated[int, Field(ge=1)] = 3
     rollout_timeout: Duration = timedelta(minutes=10)
+    # A refresh succeeds only once its pods stayed up this long after its rollout settled
+    # (planner.target.health); 0: settled alone is a success.
+    healthy_for: Duration = DEFAULT_HEALTHY_FOR
     rollback_on_failure: bool = True
     suspend: bool = False
     dry_run: bool = False
@@ -243,6 +266,10 @@ class PolicySpec(ApiModel):
     pre_pull: bool = False
     targets: Annotated[tuple[TargetSpec, ...], Field(min_length=1, max_length=MAX_TARGETS)]
 
+    def healthy_for_of(self, target: TargetSpec) -> timedelta:
+        """``target``'s health window: its own healthyFor, else the policy's."""
+        return target.healthy_for if target.healthy_for is not None else self.healthy_for
+
     def pre_pulls(self, target: TargetSpec) -> bool:
         """Whether ``target``'s refreshes pre-pull: its own prePull, else the policy's."""
         return target.pre_pull if target.pre_pull is not None else self.pre_pull
@@ -255,6 +282,7 @@ class PolicySpec(ApiModel):
             raise ValueError("rolloutTimeout must be at least 30s")
         if not timedelta(0) <= self.minimum_age <= MAX_MINIMUM_AGE:
             raise ValueError("minimumAge must be between 0s and 720h")
+        _check_healthy_for(self.healthy_for)
         return self
 
     @field_validator("targets")

@@ -26,6 +26,7 @@ from imagerefresh.offline import (
     running_digest,
 )
 from imagerefresh.planner.helperpod import DEFAULT_RUN_AS, HelperPod, Placement, RunAs
+from imagerefresh.planner.podhealth import ContainerHealth, container_health, timestamp
 from imagerefresh.ratelimit import BudgetSnapshot
 from imagerefresh.rollout import RolloutProgress, RolloutVerdict, rollout_progress, rollout_verdict
 from imagerefresh.signatures import Untrusted, Verified
@@ -61,6 +62,7 @@ Account = tuple[str, str]  # (registry host, the identity status names it by: a 
 OPERATOR_FIELD_MANAGER = "imagerefresh"  # the fieldManager of every write the operator makes
 _MAX_MANAGER = 128
 _EMPTY: Mapping[Any, Any] = MappingProxyType({})
+_POD_OVER = frozenset({"Failed", "Succeeded"})
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -200,26 +202,43 @@ def _keyed_name(item: str) -> str | None:
 class ObservedPod:
     """One pod of a workload: what digest each container runs (None when unknown), and what it
     proves about its node's images (``node`` None when it proves nothing: see
-    :class:`~imagerefresh.offline.PodImages`)."""
+    :class:`~imagerefresh.offline.PodImages`); for a refresh's health window, when it was
+    created and the containers that restarted, ended or back off (:mod:`.podhealth`)."""
 
     name: str
     running: Mapping[str, str | None]
     node: str | None = None
     pulled: Mapping[str, str] = field(default_factory=lambda: _EMPTY)  # container → its image
     scheduled: str | None = None  # the node it runs on (spec.nodeName), whatever it proves
+    created: datetime | None = None  # metadata.creationTimestamp
+    health: Mapping[str, ContainerHealth] = field(default_factory=lambda: _EMPTY)
+    # Being deleted, or over (Failed, Succeeded: evicted, its node shut down): its containers
+    # end because they were told to, not of themselves.
+    stopping: bool = False
 
     @classmethod
     def from_api(cls, obj: Mapping[str, Any]) -> ObservedPod:
         status = obj.get("status") or {}
         running: dict[str, str | None] = {}
+        health: dict[str, ContainerHealth] = {}
         for section in ("initContainerStatuses", "containerStatuses"):
             for container in status.get(section) or ():
                 running[container["name"]] = running_digest(container.get("imageID"))
+                found = container_health(container, init=section == "initContainerStatuses")
+                if found is not None:
+                    health[container["name"]] = found
         proof = PodImages.from_api(obj, running)
         node = (obj.get("spec") or {}).get("nodeName")
         scheduled = node if isinstance(node, str) and node else None
         return cls(
-            obj["metadata"]["name"], MappingProxyType(running), proof.node, proof.pulled, scheduled
+            obj["metadata"]["name"],
+            MappingProxyType(running),
+            proof.node,
+            proof.pulled,
+            scheduled,
+            timestamp(obj["metadata"].get("creationTimestamp")),
+            MappingProxyType(health) if health else _EMPTY,
+            bool(obj["metadata"].get("deletionTimestamp")) or status.get("phase") in _POD_OVER,
         )
 
     @property

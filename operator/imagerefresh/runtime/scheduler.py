@@ -26,7 +26,11 @@ raw-event handler, which persists nothing) and this scheduler decides when each 
   event itself; a workload no synced watch reports (watches off, a stream broken and not yet
   listed again) is read every ``follow_period`` seconds instead (a GET by name, which
   ``resourceNames`` RBAC allows) and a change of its ``resourceVersion`` does the same. A
-  rollout that stops changing is ticked once its progress deadline passes. A follow-up judges
+  rollout that stops changing is ticked once its progress deadline passes. A refresh in its
+  health window (``healthyFor``) is judged on its pods too: a change of one of its pods (a
+  restart, a back-off) in a synced pod copy ticks the policy the same way, the window's end is
+  a deadline like the progress deadline, and where no synced copy reports its pods they are
+  read by a follow-up every ``follow_period`` seconds until the window ends. A follow-up judges
   only the rollouts in flight and asks the registry nothing new. While interval or prompt
   ticks run, follow-ups and the reads wait for them (at most ``poll_defer`` seconds): the
   ticks that start refreshes go first, and a fleet's policies ticking together on the grid
@@ -44,6 +48,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 from collections import Counter
 from collections.abc import Callable, Hashable, Mapping
@@ -90,6 +95,7 @@ class _Policy:
     versions: dict[TargetKey, str] = field(default_factory=dict)
     running: asyncio.Task[None] | None = None
     running_follow_up: bool = False  # whether the tick running is a follow-up
+    pods_moved: bool = False  # a pod judged for a health window changed since the last tick began
     resolving: bool = False  # the tick running waits on registries: a follow-up may run aside
     aside: asyncio.Task[None] | None = None  # that follow-up
     asked_at: float | None = None  # when the next tick was asked for (a new trigger)
@@ -134,6 +140,9 @@ class Scheduler:
         # the watch threads, which drop every other change before it reaches the loop.
         self._following: dict[TargetKey, dict[str, _Policy]] = {}
         self._followed: frozenset[TargetKey] = frozenset()
+        # Namespace → the workloads in flight whose pods are judged (a health window), for the
+        # pod watches' threads.
+        self._pods_followed: dict[str, frozenset[TargetKey]] = {}
         self._unwatched_at: tuple[float, bool] = (float("-inf"), False)
         self._changed = asyncio.Event()
         self._next_poll = 0.0
@@ -199,7 +208,13 @@ class Scheduler:
                 if key in self._followed:
                     loop.call_soon_threadsafe(self.moved, key, version)
 
+            def pod_moved(namespace: str, labels: Mapping[str, str]) -> None:  # likewise
+                for key in self._pods_followed.get(namespace, ()):
+                    if watches.selects(key, labels):
+                        loop.call_soon_threadsafe(self.pods_moved, key)
+
             watches.listen(moved)
+            watches.listen_pods(pod_moved)
         while True:
             self._changed.clear()
             now = self.clock()
@@ -225,6 +240,16 @@ class Scheduler:
         for policy in list(self._following.get(key, {}).values()):
             if key in policy.in_flight.workloads and policy.versions.get(key) != version:
                 log.debug("rollout moved", policy=policy.label, workload=str(key))
+                self._judge_soon(policy)
+
+    def pods_moved(self, key: TargetKey) -> None:
+        """A pod of ``key``, in its health window, changed: the policies following it judge it."""
+        for policy in list(self._following.get(key, {}).values()):
+            if key in policy.in_flight.pods:
+                log.debug(
+                    "a pod in its health window moved", policy=policy.label, workload=str(key)
+                )
+                policy.pods_moved = True
                 self._judge_soon(policy)
 
     def _judge_soon(self, policy: _Policy) -> None:
@@ -308,6 +333,7 @@ class Scheduler:
 
     async def _tick(self, policy: _Policy, follow_up: bool, *, aside: bool = False) -> None:
         started = self.clock()
+        policy.pods_moved = False  # this tick reads the pods as they are from now
         asked_at = round_at = None
         answering: Counter[str] = Counter()  # a follow-up answers no ask
         if not follow_up:
@@ -365,15 +391,22 @@ class Scheduler:
         """Start, continue or stop following the policy's rollouts after a tick."""
         self._index(policy, outcome.in_flight if outcome is not None else NOTHING_IN_FLIGHT)
         policy.versions = dict(outcome.versions) if outcome is not None else {}
-        deadline = policy.in_flight.deadline
-        # Never sooner than one period: a deadline the planner did not (yet) act on must not
-        # spin the loop.
+        deadline, now = policy.in_flight.deadline, self.clock()
+        # A deadline to come is kept to the instant (a window's end is judged within the
+        # second); one already past is not sooner than a period: a deadline the planner did not
+        # (yet) act on must not spin the loop.
         policy.follow_due = (
-            max(deadline.timestamp(), self.clock() + self.follow_period)
+            (due if (due := deadline.timestamp()) > now else now + self.follow_period)
             if deadline is not None
             else None
         )
         watches = self.ticker.watches
+        if self._pods_unwatched(policy):
+            # Pods in a health window that no synced copy reports: read them every period.
+            policy.follow_due = min(policy.follow_due or math.inf, now + self.follow_period)
+        if policy.pods_moved:  # a pod changed while the tick ran: judge it soon
+            self._judge_soon(policy)
+            return
         if watches is None:
             return
         for key in policy.in_flight.workloads:  # changed while the tick ran: judge it soon
@@ -381,6 +414,14 @@ class Scheduler:
             if seen is not None and seen != policy.versions.get(key):
                 self._judge_soon(policy)
                 return
+
+    def _pods_unwatched(self, policy: _Policy) -> bool:
+        """Whether some workload of ``policy`` whose pods are judged has no synced pod copy."""
+        watches = self.ticker.watches
+        return any(
+            watches is None or not watches.pods_synced(key.namespace)
+            for key in policy.in_flight.pods
+        )
 
     def _index(self, policy: _Policy, flying: InFlight) -> None:
         """Record what ``policy`` follows now, in the index the watch events are matched by."""
@@ -393,6 +434,11 @@ class Scheduler:
             self._following.setdefault(key, {})[policy.label] = policy
         policy.in_flight = flying
         self._followed = frozenset(self._following)
+        pods: dict[str, set[TargetKey]] = {}
+        for followed in self._policies.values():
+            for key in followed.in_flight.pods:
+                pods.setdefault(key.namespace, set()).add(key)
+        self._pods_followed = {ns: frozenset(keys) for ns, keys in pods.items()}
         self._unwatched_at = (float("-inf"), False)
 
     async def _poll(self) -> None:

@@ -318,7 +318,7 @@ class PolicyTicker:
         metadata = policy["metadata"]
         namespace, name = metadata["namespace"], metadata["name"]
         self._record(namespace, name, gathered, applied, plan, planning, round_at)
-        flying = in_flight(gathered.tick.policy.spec, applied.status, namespace)
+        flying = in_flight(gathered.tick.policy.spec, applied.status, namespace, now)
         versions = {
             key: str(workload["metadata"].get("resourceVersion", ""))
             for key, workload in gathered.workloads.items()

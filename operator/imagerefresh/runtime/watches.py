@@ -31,7 +31,9 @@ A copy is started the first time a tick reads what it covers; until its first LI
 and whenever its stream broke and was not listed again, it says nothing and the tick reads
 the API server directly, as it would without watches (fail closed). Nothing is ever decided
 on an unsynced copy. Every change a stream delivers is passed to the listener (the scheduler:
-a rollout in flight is judged when its workload changes, not on a poll).
+a rollout in flight is judged when its workload changes, not on a poll), and every pod that
+changed to the pod listener, with its labels — a refresh in its health window is judged when
+one of its pods restarts (:meth:`EvidenceWatches.selects` says whose pod it is).
 
 Copies nobody read for :data:`UNUSED_FOR` are stopped; at most
 :data:`~imagerefresh.kube.watch.MAX_STREAMS` run (past that, reads go direct).
@@ -78,6 +80,8 @@ _INACTIVE_PHASES = ("Succeeded", "Failed")
 _WATCHDOG_EVERY = 5.0
 
 Listener = Callable[[TargetKey, str], None]
+PodListener = Callable[[str, Mapping[str, str]], None]  # (namespace, the pod's labels)
+_SELECTORS_KEPT = 1_024  # workloads whose selectors are remembered (the rollouts in flight)
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +170,10 @@ class EvidenceWatches:
         self._labels: dict[str, frozenset[str]] = {}  # namespace → label keys its pods keep
         self._used: dict[int, float] = {}  # id(collection) → when last read
         self._listener: Listener | None = None
+        self._pod_listener: PodListener | None = None
+        # Workload → (its version, its selector): pods are matched on the watch threads.
+        self._selectors: dict[TargetKey, tuple[str, dict[str, Any]]] = {}
+        self._selectors_lock = threading.Lock()
         self._reaped = clock()
         self._closed = False
         self._reported: set[int] = set()  # refusals logged (id of the collection)
@@ -178,6 +186,11 @@ class EvidenceWatches:
     def listen(self, listener: Listener) -> None:
         """Tell ``listener`` (from a watch thread) of every workload change: key, version."""
         self._listener = listener
+
+    def listen_pods(self, listener: PodListener) -> None:
+        """Tell ``listener`` (from a watch thread) of every pod added or changed in a watched
+        namespace: the namespace and the pod's labels."""
+        self._pod_listener = listener
 
     # --- our own writes ----------------------------------------------------------------------
 
@@ -260,6 +273,38 @@ class EvidenceWatches:
             return [None] * len(selectors)
         pods = list(snapshot.items.values())
         return [[pod for pod in pods if matches(selector, pod.labels)] for selector in selectors]
+
+    def pods_synced(self, namespace: str) -> bool:
+        """Whether a synced copy holds ``namespace``'s pods (their changes are reported)."""
+        with self._lock:
+            collection = self._pods.get(namespace)
+        return collection is not None and collection.refused is None and collection.synced
+
+    def selects(self, key: TargetKey, labels: Mapping[str, str]) -> bool:
+        """Whether ``key``'s workload selects a pod with ``labels``; True when its copy cannot
+        say (a pod that may be its own is judged rather than missed)."""
+        collection = self.covering(key)
+        if collection is None:
+            return True
+        version = collection.version_of(key.name)
+        if not version:
+            return True
+        with self._selectors_lock:
+            cached = self._selectors.get(key)
+        if cached is None or cached[0] != version:
+            synced, kept = collection.get(key.name)
+            if not synced or kept is None:
+                return True
+            selector = (json.loads(kept.raw).get("spec") or {}).get("selector") or {}
+            cached = (version, selector)
+            with self._selectors_lock:
+                if len(self._selectors) >= _SELECTORS_KEPT:
+                    self._selectors.clear()
+                self._selectors[key] = cached
+        try:
+            return matches(cached[1], labels)
+        except (KeyError, TypeError, AttributeError):
+            return True  # a selector that cannot be read: judged, never missed
 
     def version(self, key: TargetKey) -> str | None:
         """The workload's resourceVersion in a synced copy ("" when absent); None: unknown —
@@ -356,6 +401,7 @@ class EvidenceWatches:
                         f"/api/v1/namespaces/{quote(namespace, safe='')}/pods",
                         what=f"pods in {namespace}",
                         keep=self._pod_keeper(namespace),
+                        changed=self._pod_told(namespace),
                         **self._bounds(_pod_size),
                     ),
                 )
@@ -431,6 +477,18 @@ class EvidenceWatches:
             listener = self._listener
             if listener is not None:
                 listener(TargetKey(kind, namespace, name), version)
+
+        return changed
+
+    def _pod_told(self, namespace: str) -> Callable[[str, str], None]:
+        def changed(name: str, version: str) -> None:
+            listener = self._pod_listener
+            collection = self._pods.get(namespace)
+            if listener is None or not version or collection is None:
+                return  # a pod deleted is no crash: its replacement, if any, is reported
+            _, pod = collection.get(name)
+            if pod is not None:
+                listener(namespace, pod.labels)
 
         return changed
 

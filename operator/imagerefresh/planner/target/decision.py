@@ -220,6 +220,11 @@ class Decision:
     def rollout_timeout(self) -> timedelta:
         return self.target.rollout_timeout or self.ctx.spec.rollout_timeout
 
+    @property
+    def healthy_for(self) -> timedelta:
+        """How long a refresh's pods must stay up after it settled (planner.target.health)."""
+        return self.ctx.spec.healthy_for_of(self.target)
+
     def locked_message(self, detail: str) -> str:
         return (
             f"locked after {self.status.refresh_attempts} failed or contested refreshes "

@@ -40,7 +40,7 @@ from imagerefresh.planner.target.compare import Comparison
 from imagerefresh.planner.target.decision import Decision, Hold, short
 from imagerefresh.signatures import Untrusted, Verified
 
-__all__ = ["screen"]
+__all__ = ["report_verified", "screen"]
 
 
 def screen(decision: Decision, comparison: Comparison) -> Comparison:
@@ -60,7 +60,7 @@ def screen(decision: Decision, comparison: Comparison) -> Comparison:
         hold = _signature(decision, name, digest)
         if hold is not None:
             holds[name] = hold
-    _report_verified(decision)
+    report_verified(decision)
     for name in sorted(holds):
         decision.hold(holds[name])
     return replace(
@@ -153,7 +153,7 @@ def _cooling_down(decision: Decision, container: ContainerSpec, digest: str) -> 
     )
 
 
-def _report_verified(decision: Decision) -> None:
+def report_verified(decision: Decision) -> None:
     """``verifiedBy`` for each container whose desired digest a listed key verified."""
     if decision.ctx.spec.verify is None:
         return

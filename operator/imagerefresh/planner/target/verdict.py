@@ -1,23 +1,28 @@
 """The verdict on a refresh of ours that landed: success, failure, or still rolling out.
 
-The spec's step b for a refresh whose images the workload carries. Settled with them is a
-success: ``refreshAttempts`` falls back to the contests a success never clears, ``lastGood``
-records the images, a Normal event. The controller reporting the rollout failed
-(``ProgressDeadlineExceeded``), or no progress within ``rolloutTimeout``, is a failure: one
-more attempt, a Warning event, with ``rollbackOnFailure`` a rollback to the images it replaced,
-and Locked at ``maxRefreshAttempts``. A failed build whose pods got the image (they report
-running it: they crashed, never became ready, or stalled) enters the target's ``failed`` list
-and is not tried here again until a reset; one whose pods never pulled it (ErrImagePull, a 429,
-a missing secret, a pod never scheduled) is not the build's fault and enters nothing.
+The spec's step b for a refresh whose images the workload carries. Settled with them, and its
+pods healthy through its health window after that (:mod:`.health`; ``pending.settledAt`` is
+when the window started), is a success: ``refreshAttempts`` falls back to the contests a success
+never clears, ``lastGood`` records the images, a Normal event. The controller reporting the
+rollout failed (``ProgressDeadlineExceeded``), no progress within ``rolloutTimeout``, or a crash
+of the new build inside the window, is a failure: one more attempt, a Warning event, with
+``rollbackOnFailure`` a rollback to the images it replaced, and Locked at
+``maxRefreshAttempts``. A failed build whose pods got the image (they report running it: they
+crashed, never became ready, or stalled) enters the target's ``failed`` list and is not tried
+here again until a reset — after a crash, only the builds that crashed; one whose pods never
+pulled it (ErrImagePull, a 429, a missing secret, a pod never scheduled) is not the build's
+fault and enters nothing.
 
-With lockstep, peers bind the verdict: a refresh that settled while a peer still rolls out is
-held (Refreshing, not yet a success), and a peer's failure rolls this one back too without an
-attempt counted against it.
+With lockstep, peers bind the verdict: a refresh healthy through its window while a peer still
+rolls out is held (Refreshing, not yet a success), and a peer's failure rolls this one back too
+without an attempt counted against it.
 """
 
 from __future__ import annotations
 
-from imagerefresh.models import FailedBuild, PendingRefresh, Phase
+from collections.abc import Collection
+
+from imagerefresh.models import FailedBuild, PendingRefresh, Phase, format_duration
 from imagerefresh.models.status import MAX_FAILED_BUILDS
 from imagerefresh.planner import reasons
 from imagerefresh.planner.evidence import Resolved, Workload
@@ -29,6 +34,13 @@ from imagerefresh.planner.target.deadline import (
     track_progress,
 )
 from imagerefresh.planner.target.decision import Decision, TargetOutcome, short
+from imagerefresh.planner.target.gates import report_verified
+from imagerefresh.planner.target.health import (
+    crashes_of,
+    failure_message,
+    health_window,
+    watching_message,
+)
 from imagerefresh.planner.target.rollback import (
     RollbackRefused,
     refused_rollback,
@@ -43,22 +55,45 @@ def judge_refresh(
     decision: Decision, workload: Workload, pending: PendingRefresh
 ) -> TargetOutcome | None:
     """The verdict on our landed refresh; None when it succeeded and the decision goes on."""
-    pending = track_progress(decision, workload, pending)
-    # A refresh that settled while its lockstep peers rolled on has done its part.
-    settled = workload.verdict.settled or pending.settled_at is not None
-    failed = controller_failed(decision, workload, pending) or timed_out(decision, pending)
-    result = Result.SETTLED if settled else Result.FAILED if failed else Result.IN_FLIGHT
+    now = decision.ctx.now
+    # A refresh in flight (for its health window, a minute by default) still reports which key
+    # verified what it pins.
+    report_verified(decision)
+    if pending.settled_at is None:
+        pending = track_progress(decision, workload, pending)
+        if workload.verdict.settled and decision.healthy_for:
+            # Settled: the health window starts, and the progress deadline is over.
+            pending = pending.model_copy(update={"settled_at": now})
+            decision.update(pending=pending)
+    window = health_window(decision, pending)
+    # Settled and healthy through the window (with none, settled alone); with lockstep, one
+    # that got there while its peers rolled on has done its part.
+    rolled = workload.verdict.settled or pending.settled_at is not None
+    # A crash inside the window fails it even when it is first seen after the window's end.
+    crashed = crashes_of(decision, pending, window)
+    healthy = rolled and not crashed and (not window.length or window.over(now))
+    stuck = not rolled and (
+        controller_failed(decision, workload, pending) or timed_out(decision, pending)
+    )
+    failed = bool(crashed) or stuck
+    result = Result.SETTLED if healthy else Result.FAILED if failed else Result.IN_FLIGHT
     decision.outcome.judged = Judged(pending, result)
     peers_failed = decision.orders.roll_back
     spec = decision.ctx.spec
     rolls_back = spec.rollback_on_failure and not spec.dry_run
     if result is not Result.FAILED and peers_failed is not None and rolls_back:
         return _roll_back_with_peers(decision, workload, pending, peers_failed)
-    if settled and decision.orders.hold_success is not None:
+    if healthy and decision.orders.hold_success is not None:
         return _hold_success(decision, pending, decision.orders.hold_success)
-    if settled:
+    if healthy:
         _succeed(decision, pending)
         return None
+    if crashed:
+        why = failure_message(crashed, window, decision.key.kind)
+        blamed = {crash.container for crash in crashed}
+        return _fail_refresh(decision, workload, pending, why, blamed)
+    if rolled:
+        return decision.finish(Phase.REFRESHING, watching_message(window))
     if controller_failed(decision, workload, pending):
         return _fail_refresh(decision, workload, pending, workload.verdict.message)
     if timed_out(decision, pending):
@@ -74,7 +109,9 @@ def _succeed(decision: Decision, pending: PendingRefresh) -> None:
     )
     decision.record_good()
     changed = ", ".join(f"{n} → {short(i.rpartition('@')[2])}" for n, i in pending.images.items())
-    decision.event("Normal", reasons.REFRESHED, f"{decision.key} rolled out {changed}")
+    window = decision.healthy_for
+    healthy = f" and its pods stayed up for {format_duration(window)}" if window else ""
+    decision.event("Normal", reasons.REFRESHED, f"{decision.key} rolled out {changed}{healthy}")
 
 
 def _hold_success(decision: Decision, pending: PendingRefresh, why: str) -> TargetOutcome:
@@ -103,15 +140,20 @@ def _roll_back_with_peers(
 
 
 def _fail_refresh(
-    decision: Decision, workload: Workload, pending: PendingRefresh, why: str
+    decision: Decision,
+    workload: Workload,
+    pending: PendingRefresh,
+    why: str,
+    blamed: Collection[str] | None = None,
 ) -> TargetOutcome:
+    """``blamed``: the containers whose builds failed, when known (a crash); else all moved."""
     attempts = decision.count_attempt()
     ceiling = decision.ctx.spec.max_refresh_attempts
     decision.event(
         "Warning",
         reasons.REFRESH_FAILED,
         f"refresh of {decision.key} failed (attempt {attempts} of {ceiling}): {why}"
-        f"{_record_failed_builds(decision, pending)}",
+        f"{_record_failed_builds(decision, pending, blamed)}",
     )
     if not decision.ctx.spec.rollback_on_failure or decision.ctx.spec.dry_run:
         decision.update(pending=None)
@@ -130,11 +172,16 @@ def _fail_refresh(
     return decision.finish(Phase.ROLLING_BACK, detail)
 
 
-def _record_failed_builds(decision: Decision, pending: PendingRefresh) -> str:
+def _record_failed_builds(
+    decision: Decision, pending: PendingRefresh, blamed: Collection[str] | None = None
+) -> str:
     """Enter the digests this refresh moved to whose pods got the image in the target's
-    ``failed`` list (newest first, bounded); what the event says of them."""
+    ``failed`` list (newest first, bounded) — of the ``blamed`` containers only, when the
+    failure names them; what the event says of them."""
     builds = {}
     for name, image in sorted(pending.images.items()):
+        if blamed is not None and name not in blamed:
+            continue
         digest = parse(image).digest
         if name not in pending.adopted and digest is not None and _pulled(decision, name, digest):
             builds[digest] = FailedBuild(digest=digest, at=decision.ctx.now)
