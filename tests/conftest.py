@@ -8,6 +8,7 @@ fixed, or kept as an explicit example, not left to surface in CI by chance.
 
 import os
 
+import pytest
 from hypothesis import settings
 
 settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
@@ -25,3 +26,16 @@ pytest_plugins = [
     "support.referrers_env",
     "support.signed_images",
 ]
+
+# Fixtures that run a Go build `make binaries` makes before the tests (never a test itself).
+BINARY_FIXTURES = frozenset({"cosign", "referrers_registry"})
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark ``binaries`` every test that uses such a fixture, however indirectly (its
+    fixture closure), so that `make unit` (``-m 'not cluster and not binaries'``) leaves it
+    out."""
+    for item in items:
+        if BINARY_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.binaries)

@@ -868,6 +868,7 @@ def plan(
         insecure_registries=tuple(insecure_registries),
         namespaces=NamespacePolicy(namespace_pairs),
         resolution_window=0,
+        watch_evidence=False,  # one plan: a watch would outlive it
     )
     api = _kube(kubeconfig, context)
     ticker = _runtime_parts(api, insecure_registries, config, Metrics())

@@ -78,15 +78,16 @@ def _interval(body: Mapping[str, Any]) -> float:
         return DEFAULT_INTERVAL
 
 
-def _trigger(body: Mapping[str, Any]) -> tuple[Any, ...]:
+def _trigger(body: Mapping[str, Any]) -> dict[str, Any]:
+    """What asks for a prompt tick when it changes, by the name the ask is counted under."""
     metadata = body.get("metadata") or {}
     annotations = metadata.get("annotations") or {}
-    return (
-        metadata.get("generation"),
-        annotations.get(RESET_ANNOTATION),
-        annotations.get(REFRESH_NOW_ANNOTATION),
-        annotations.get(WINDOW_OVERRIDE_ANNOTATION),
-    )
+    return {
+        "spec": metadata.get("generation"),
+        "reset": annotations.get(RESET_ANNOTATION),
+        "refresh_now": annotations.get(REFRESH_NOW_ANNOTATION),
+        "outside_window": annotations.get(WINDOW_OVERRIDE_ANNOTATION),
+    }
 
 
 def build_registry(scope: NamespaceScope | None = None) -> kopf.OperatorRegistry:

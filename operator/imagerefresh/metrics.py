@@ -171,6 +171,20 @@ class Metrics:
             ["namespace", "policy", "outcome"],
             registry=r,
         )
+        self.ticks_asked = Counter(
+            "imagerefresh_ticks_asked",
+            "Prompt ticks asked for, by what asked: the policy first seen (noticed), a new "
+            "generation (spec), a new reset, refresh-now or refresh-outside-window annotation",
+            ["namespace", "policy", "reason"],
+            registry=r,
+        )
+        self.ticks_answered = Counter(
+            "imagerefresh_ticks_answered",
+            "Asks answered: counted when the first tick that started after the ask ends, "
+            "whatever its outcome",
+            ["namespace", "policy", "reason"],
+            registry=r,
+        )
         self.follow_ups = Counter(
             "imagerefresh_follow_up_ticks",
             "Ticks between interval ticks that judged only the rollouts in flight",
@@ -234,6 +248,8 @@ class Metrics:
             self.offline_ready,
             self.tick_duration,
             self.ticks,
+            self.ticks_asked,
+            self.ticks_answered,
             self.follow_ups,
             self.last_tick,
             self.condition,
@@ -260,6 +276,14 @@ class Metrics:
 
     def serve(self, port: int, address: str = "0.0.0.0") -> None:
         start_http_server(port, addr=address, registry=self.registry)
+
+    def tick_asked(self, namespace: str, policy: str, reason: str) -> None:
+        """A prompt tick of the policy was asked for (``reason``: what asked)."""
+        self.ticks_asked.labels(namespace, policy, reason).inc()
+
+    def tick_answered(self, namespace: str, policy: str, reason: str, count: int) -> None:
+        """A tick that started after ``count`` asks of ``reason`` has ended: they are answered."""
+        self.ticks_answered.labels(namespace, policy, reason).inc(count)
 
     def registry_request(self, registry: str, kind: RequestKind, outcome: str) -> None:
         self.registry_requests.labels(registry, str(kind), outcome).inc()

@@ -20,7 +20,7 @@ from imagerefresh.kube.errors import Forbidden
 from imagerefresh.kube.watch import SILENT_AFTER, Collection
 
 from support.accounts import service_account_kubeconfig
-from support.cluster_env import Cluster, eventually
+from support.cluster_env import Cluster, eventually, wait_until_versions_expire
 from support.operator_env import kwok_pod_template
 
 pytestmark = pytest.mark.cluster
@@ -93,6 +93,7 @@ def test_a_watch_the_api_server_answers_410_gone_unsyncs_the_copy_until_it_lists
     ns = policy_namespace
     cluster.apply(_deployment("app", "example.test/app:1"), namespace=ns)
     api = KubeApi.from_environment(cluster.kubeconfig)
+    wait_until_versions_expire(cluster, f"/apis/apps/v1/namespaces/{ns}/deployments")
     collection = _collection(api, ns).start()
     try:
         eventually(lambda: collection.synced, what="the first list", timeout=30)
@@ -129,6 +130,8 @@ def test_a_stream_cut_under_the_reader_unsyncs_the_copy_and_the_new_list_misses_
     collection.start()
     try:
         eventually(lambda: collection.synced, what="the first list", timeout=30)
+        # Synced at the end of the LIST, the copy opens its stream after: cut that stream.
+        eventually(lambda: collection._response is not None, what="the stream open", timeout=30)
         collection.hold()
         collection.cut()  # the connection closes while the reader waits on it
         cluster.kubectl("set", "image", "-n", ns, "deployment/app", "app=example.test/app:2")
@@ -227,7 +230,8 @@ def test_a_collection_past_its_bound_is_not_kept_and_not_listed_again(
         assert collection.refused is not None
         assert "more than 2 objects" in str(collection.refused)
         assert collection.snapshot() is None
-        time.sleep(1.5)  # what must NOT happen: a relist loop (the backoff starts at 0.5 s)
+        # What must NOT happen, a relist loop, cannot: the watch thread has given up for good.
+        assert _gave_up(collection)
         assert collection.lists == 1
     finally:
         collection.stop()
@@ -263,10 +267,19 @@ def test_rbac_revoked_mid_run_stops_the_copy_for_good_not_a_relist_loop(
         eventually(lambda: _refused_after_cut(collection), what="the relist refused", timeout=30)
         assert collection.snapshot() is None
         lists = collection.lists
-        time.sleep(1.5)  # what must NOT happen: a relist every backoff
+        # What must NOT happen, a relist every backoff, cannot: the watch thread has given up.
+        assert _gave_up(collection)
         assert collection.lists == lists
     finally:
         collection.stop()
+
+
+def _gave_up(collection: Collection[Any]) -> bool:
+    """Whether the collection's watch thread has ended: nothing lists or watches for it again
+    (a fact, where waiting a while for a relist that does not come would be a bet on time)."""
+    thread = collection._thread
+    thread.join(30)
+    return not thread.is_alive()
 
 
 def _refused_after_cut(collection: Collection[Any]) -> bool:

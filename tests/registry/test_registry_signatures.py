@@ -43,14 +43,13 @@ from imagerefresh.signatures import (
 )
 
 from support.cluster_env import eventually
-from support.cosign_env import BUILD_TIMEOUT
 from support.hostile_registry import HostileRegistry
 from support.hub_front import HubFront
 from support.referrers_env import ReferrersRegistry
 from support.registry_env import FakeClock, ImagePusher, client_for
 from support.signed_images import PATH, SignedImages
 
-pytestmark = [pytest.mark.registry, pytest.mark.timeout(BUILD_TIMEOUT + 300)]
+pytestmark = pytest.mark.registry
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"

@@ -43,13 +43,12 @@ from imagerefresh.signatures import (
     verify,
 )
 
-from support.cosign_env import BUILD_TIMEOUT
 from support.hostile_registry import HostileRegistry
 from support.referrers_env import ReferrersRegistry
 from support.registry_env import client_for, free_port
 from support.signed_images import PATH, SignedImages
 
-pytestmark = [pytest.mark.registry, pytest.mark.timeout(BUILD_TIMEOUT + 300)]
+pytestmark = pytest.mark.registry
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from support.cosign_env import BUILD_TIMEOUT, key_pair
+from support.cosign_env import key_pair
 from support.helm_env import KUBE_VERSION, helm, helm_binary, of_kind, only, operator_container
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "release"))
@@ -163,7 +163,6 @@ def test_sha256sums_is_what_sha256sum_checks(tmp_path: Path) -> None:
     assert changed.returncode != 0
 
 
-@pytest.mark.timeout(BUILD_TIMEOUT + 120)
 def test_the_signature_of_the_sums_verifies_with_the_public_key_offline_and_not_after_a_change(
     cosign: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

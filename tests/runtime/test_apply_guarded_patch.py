@@ -37,7 +37,7 @@ async def test_a_concurrent_edit_between_read_and_patch_is_refused_and_retried_n
     ledger = RateLimitLedger()
     client = RegistryClient(insecure_registries=[registry], ledger=ledger)
     resolver = SharedResolver(client)
-    config = OperatorConfig(insecure_registries=(registry,))
+    config = OperatorConfig(watch_evidence=False, insecure_registries=(registry,))
     now = datetime.now(UTC).replace(microsecond=0)
 
     policy = api.read_policy(ns, "control-plane")

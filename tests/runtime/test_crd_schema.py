@@ -414,7 +414,7 @@ async def test_a_tick_under_an_outdated_crd_reads_no_target_and_only_marks_the_p
         api=api,  # type: ignore[arg-type]
         resolver=anything,
         ledger=anything,
-        config=OperatorConfig(),
+        config=OperatorConfig(watch_evidence=False),
         metrics=metrics,
         verifier=anything,
     )

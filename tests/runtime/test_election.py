@@ -1,14 +1,19 @@
 """Candidates for one Lease on a real API server, with short timings (lease 3 s, renew 2 s,
 retry 0.5 s): one leads, the other only reads; the standby takes over once the leader stops
 renewing; a leader stops writing the moment it sees another holder, or at its renew deadline
-when it cannot renew. Waits are bounded and generous; nothing asserts how long anything took.
+when it cannot renew. Candidates run as ServiceAccounts the API server audits, and what
+leadership guarantees is read from its audit log as orderings (support/leadership.py): one
+writer at a time, a take only once the lease of the last renewal ran out. Waits are bounded
+and generous; nothing asserts how long anything took or how many renewals fit in some seconds.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterator
+import secrets
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 
 import kubernetes.client
 import pytest
@@ -17,14 +22,17 @@ from imagerefresh.kube import KubeApi
 from imagerefresh.lease import record_from_api
 from imagerefresh.runtime.election import ElectionTimings, Elector, LeaderGate
 
+from support.accounts import audited_kubeconfig, audited_writes
 from support.cluster_env import Cluster
 from support.counting import CountingKubeApi
+from support.leadership import assert_one_writer_at_a_time, write_lease
 from support.registry_env import free_port
 
 pytestmark = pytest.mark.cluster
 
 FAST = ElectionTimings(lease_duration=3.0, renew_deadline=2.0, retry_period=0.5)
 BOUND = 30.0  # generous: several lease durations
+LEASE = "imagerefresh"
 
 
 @pytest.fixture
@@ -32,6 +40,30 @@ def api(cluster: Cluster) -> Iterator[KubeApi]:
     kube = KubeApi.from_environment(cluster.kubeconfig, timeout=(1.0, 1.0))
     yield kube
     kube.close()
+
+
+@pytest.fixture
+def audited(cluster: Cluster, tmp_path: Path) -> Iterator[Callable[[str], CountingKubeApi]]:
+    """Clients of audited ServiceAccounts of their own (the audit log outlives the test): each
+    candidate writes as one, so the audit log names who wrote what; each counts its requests."""
+    made: list[CountingKubeApi] = []
+
+    def client(candidate: str) -> CountingKubeApi:
+        account = f"{candidate}-{secrets.token_hex(3)}"
+        kubeconfig = audited_kubeconfig(cluster, account, tmp_path / account)
+        base = KubeApi.from_environment(str(kubeconfig), timeout=(1.0, 1.0))
+        counting = CountingKubeApi(base.api_client, timeout=(1.0, 1.0))
+        counting.account = account  # type: ignore[attr-defined]
+        made.append(counting)
+        return counting
+
+    yield client
+    for counting in made:
+        counting.close()
+
+
+def account(api: KubeApi) -> str:
+    return str(api.account)  # type: ignore[attr-defined]
 
 
 @contextlib.asynccontextmanager
@@ -45,80 +77,102 @@ async def running(coroutine: object) -> AsyncIterator[asyncio.Task[object]]:
             await task
 
 
+async def until(check: Callable[[], bool], what: str) -> None:
+    """Wait for what must happen, generously (the candidates run on this loop meanwhile)."""
+    for _ in range(int(BOUND / 0.1)):
+        if check():
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{what}: not within {BOUND}s")
+
+
 def holder(api: KubeApi, namespace: str) -> str:
-    lease = api.read_lease(namespace, "imagerefresh")
+    lease = api.read_lease(namespace, LEASE)
     assert lease is not None
     return record_from_api(lease).holder
 
 
 async def test_of_two_candidates_one_leads_the_other_waits_and_takes_over_when_it_stops(
-    api: KubeApi, namespace: str
+    api: KubeApi, cluster: Cluster, namespace: str, audited: Callable[[str], CountingKubeApi]
 ) -> None:
-    a = Elector(api, namespace, "imagerefresh", "a", FAST)
-    b = Elector(api, namespace, "imagerefresh", "b", FAST)
+    clients = {"a": audited("a"), "b": audited("b")}
+    a = Elector(clients["a"], namespace, LEASE, "a", FAST)
+    b = Elector(clients["b"], namespace, LEASE, "b", FAST)
     first_a, first_b = asyncio.ensure_future(a.acquire()), asyncio.ensure_future(b.acquire())
     done, _ = await asyncio.wait({first_a, first_b}, timeout=BOUND, return_when="FIRST_COMPLETED")
     assert len(done) == 1
     leader, standby, waiting = (a, b, first_b) if first_a in done else (b, a, first_a)
-    assert leader.gate()
-    assert not standby.gate()
-    assert holder(api, namespace) == leader.identity
+    writer = clients[leader.identity]
+    accounts = [account(client) for client in clients.values()]
 
     async with running(leader.hold()) as holding:
-        # Several lease durations of renewals: the standby never takes the Lease meanwhile.
-        await asyncio.sleep(4 * FAST.lease_duration)
-        assert not waiting.done()
-        assert not holding.done()
-        assert holder(api, namespace) == leader.identity
         assert leader.gate()
         assert not standby.gate()
+        assert await asyncio.to_thread(holder, api, namespace) == leader.identity
+        # Renewals for several lease durations: the standby's chance to take it, were it to
+        # (the audit log below says whether it waited the lease out; a leader that lost the
+        # Lease meanwhile, on a starved machine, stops renewing: that is checked the same way).
+        renewals = 4 * FAST.lease_duration / FAST.retry_period
+        await until(
+            lambda: holding.done() or writer.count("PUT", "leases") >= renewals,
+            "the leader's renewals",
+        )
 
     # The leader stops renewing without releasing (as if killed): the standby takes over.
     await asyncio.wait_for(waiting, timeout=BOUND)
     assert holder(api, namespace) == standby.identity
     assert standby.gate()
     assert not leader.gate()  # its deadline passed long before the Lease expired for others
-    lease = api.read_lease(namespace, "imagerefresh")
+    lease = api.read_lease(namespace, LEASE)
     assert lease is not None
     assert lease["spec"]["leaseTransitions"] == 1
+    writes = [w for w in audited_writes(cluster, *accounts) if w.namespace == namespace]
+    tenures = assert_one_writer_at_a_time(writes, LEASE, FAST.lease_duration)
+    assert [t.holder for t in tenures] == [account(writer), account(clients[standby.identity])]
     for elector in (a, b):
         elector.close()
 
 
 async def test_a_standby_sees_each_renewal_by_watching_the_lease_not_by_polling_it(
-    cluster: Cluster, api: KubeApi, namespace: str
+    api: KubeApi, cluster: Cluster, namespace: str, audited: Callable[[str], CountingKubeApi]
 ) -> None:
-    watched = CountingKubeApi(
-        KubeApi.from_environment(cluster.kubeconfig, timeout=(1.0, 1.0)).api_client,
-        timeout=(1.0, 1.0),
-    )
-    leader = Elector(api, namespace, "imagerefresh", "a", FAST)
-    standby = Elector(watched, namespace, "imagerefresh", "b", FAST)
+    writer, watcher = audited("a"), audited("b")
+    leader = Elector(writer, namespace, LEASE, "a", FAST)
+    standby = Elector(watcher, namespace, LEASE, "b", FAST)
     await asyncio.wait_for(leader.acquire(), timeout=BOUND)
     async with running(standby.acquire()) as waiting:
         async with running(leader.hold()):
-            # Several lease durations of renewals (one every 0.5 s): polled, the standby would
-            # read the Lease every 0.5-1.1 s; watching, it reads it once and sees each renewal.
-            await asyncio.sleep(4 * FAST.lease_duration)
-            assert not waiting.done()
-            assert watched.count("GET", "leases") <= 2
+            # Eight renewals (one every 0.5 s): polled, the standby would read the Lease every
+            # 0.5-1.1 s; watching, it reads it once and sees each renewal.
+            renewed = writer.count("PUT", "leases")
+            await until(lambda: writer.count("PUT", "leases") >= renewed + 8, "eight renewals")
+            if not waiting.done():  # still standing by (a starved leader may rightly lose)
+                assert watcher.count("GET", "leases") <= 2
         await asyncio.wait_for(waiting, timeout=BOUND)  # the leader stopped: it takes over
     assert holder(api, namespace) == "b"
+    writes = [
+        w for w in audited_writes(cluster, account(writer), account(watcher))
+        if w.namespace == namespace
+    ]  # fmt: skip
+    assert_one_writer_at_a_time(writes, LEASE, FAST.lease_duration)
     for elector in (leader, standby):
         elector.close()
-    watched.close()
 
 
 async def test_a_leader_that_sees_another_holder_closes_its_gate_at_once(
     api: KubeApi, namespace: str
 ) -> None:
-    leader = Elector(api, namespace, "imagerefresh", "a", FAST)
+    leader = Elector(api, namespace, LEASE, "a", FAST)
     await asyncio.wait_for(leader.acquire(), timeout=BOUND)
     async with running(leader.hold()) as holding:
-        lease = api.read_lease(namespace, "imagerefresh")
-        assert lease is not None
-        stolen = {**lease["spec"], "holderIdentity": "usurper", "leaseDurationSeconds": 60}
-        api.replace_lease(namespace, "imagerefresh", lease["metadata"]["resourceVersion"], stolen)
+        # Written over the leader's renewals: read again and written again until it lands.
+        await asyncio.to_thread(
+            write_lease,
+            api,
+            namespace,
+            LEASE,
+            lambda spec: {**spec, "holderIdentity": "usurper", "leaseDurationSeconds": 60},
+        )
         why = await asyncio.wait_for(holding, timeout=BOUND)
     assert why == "another candidate holds the Lease"
     assert not leader.gate()
@@ -129,7 +183,7 @@ async def test_a_leader_that_sees_another_holder_closes_its_gate_at_once(
 async def test_a_leader_that_cannot_renew_stops_writing_at_its_renew_deadline(
     api: KubeApi, cluster: Cluster, namespace: str
 ) -> None:
-    leader = Elector(api, namespace, "imagerefresh", "a", FAST)
+    leader = Elector(api, namespace, LEASE, "a", FAST)
     await asyncio.wait_for(leader.acquire(), timeout=BOUND)
     # From now on every request of the elector meets a closed port: real refused connections.
     configuration = kubernetes.client.Configuration()
@@ -148,8 +202,8 @@ async def test_a_graceful_stop_releases_the_lease_so_a_standby_need_not_wait_it_
     api: KubeApi, namespace: str
 ) -> None:
     slow = ElectionTimings(lease_duration=600.0, renew_deadline=2.0, retry_period=0.5)
-    leader = Elector(api, namespace, "imagerefresh", "a", slow)
-    standby = Elector(api, namespace, "imagerefresh", "b", slow)
+    leader = Elector(api, namespace, LEASE, "a", slow)
+    standby = Elector(api, namespace, LEASE, "b", slow)
     await asyncio.wait_for(leader.acquire(), timeout=BOUND)
     async with running(standby.acquire()) as waiting:
         await leader.release()
@@ -206,9 +260,9 @@ async def test_the_lease_records_exactly_the_validated_duration(
     api: KubeApi, namespace: str
 ) -> None:
     timings = ElectionTimings(lease_duration=4.0, renew_deadline=3.9, retry_period=0.5)
-    leader = Elector(api, namespace, "imagerefresh", "a", timings)
+    leader = Elector(api, namespace, LEASE, "a", timings)
     await asyncio.wait_for(leader.acquire(), timeout=BOUND)
-    lease = api.read_lease(namespace, "imagerefresh")
+    lease = api.read_lease(namespace, LEASE)
     assert lease is not None
     assert lease["spec"]["leaseDurationSeconds"] == 4
     leader.close()

@@ -102,7 +102,10 @@ async def ticker(crd_installed: Cluster, registry: str) -> AsyncIterator[PolicyT
         resolver=SharedResolver(client),
         ledger=ledger,
         config=OperatorConfig(
-            insecure_registries=(registry,), resolution_window=0, pre_pull_pods=True
+            watch_evidence=False,
+            insecure_registries=(registry,),
+            resolution_window=0,
+            pre_pull_pods=True,
         ),
         metrics=Metrics(),
     )

@@ -46,7 +46,9 @@ async def ticker(crd_installed: Cluster, registry: str) -> AsyncIterator[PolicyT
         api=api,
         resolver=SharedResolver(client),
         ledger=ledger,
-        config=OperatorConfig(insecure_registries=(registry,), resolution_window=0),
+        config=OperatorConfig(
+            watch_evidence=False, insecure_registries=(registry,), resolution_window=0
+        ),
         metrics=Metrics(),
     )
     yield ticker
@@ -195,7 +197,10 @@ async def test_without_a_recorded_pre_pull_intent_no_helper_pod_is_created(
     ledger = RateLimitLedger()
     client = RegistryClient(insecure_registries=[registry], ledger=ledger)
     config = OperatorConfig(
-        insecure_registries=(registry,), resolution_window=0, pre_pull_pods=True
+        watch_evidence=False,
+        insecure_registries=(registry,),
+        resolution_window=0,
+        pre_pull_pods=True,
     )
     ticker = PolicyTicker(
         api=api, resolver=SharedResolver(client), ledger=ledger, config=config, metrics=Metrics()
@@ -479,7 +484,9 @@ async def test_patch_rights_revoked_mid_run_are_refused_then_retried_once_grante
             api=KubeApi(client),
             resolver=SharedResolver(registry_client),
             ledger=ledger,
-            config=OperatorConfig(insecure_registries=(registry,), resolution_window=0),
+            config=OperatorConfig(
+                watch_evidence=False, insecure_registries=(registry,), resolution_window=0
+            ),
             metrics=Metrics(),
         )
         await ticker.tick(ns, POLICY)

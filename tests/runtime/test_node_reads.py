@@ -113,7 +113,9 @@ async def test_policies_ticking_in_one_round_share_one_node_list(
 ) -> None:
     # Two tick slots: the round runs in waves, as a round of more policies than slots does, so
     # later waves find the list already read (not only in flight).
-    config = OperatorConfig(insecure_registries=(registry,), read_nodes=True, tick_concurrency=2)
+    config = OperatorConfig(
+        watch_evidence=False, insecure_registries=(registry,), read_nodes=True, tick_concurrency=2
+    )
     statuses = await tick_all(api, registry, five_policies, config)
     assert api.requests[NODE_LIST] == 1  # ten targets of five policies: one LIST
     # Judged on the nodes read: every pod here proves its own node, so every target is ready.
@@ -124,7 +126,10 @@ async def test_each_round_after_the_lists_lifetime_reads_the_nodes_again(
     api: CountingKubeApi, registry: str, five_policies: str
 ) -> None:
     config = OperatorConfig(
-        insecure_registries=(registry,), read_nodes=True, node_list_lifetime=1.0
+        watch_evidence=False,
+        insecure_registries=(registry,),
+        read_nodes=True,
+        node_list_lifetime=1.0,
     )
     await tick_all(api, registry, five_policies, config, rounds=2)
     assert api.requests[NODE_LIST] == 2
@@ -157,7 +162,7 @@ async def test_a_tick_asked_for_takes_no_node_list_from_before_it_was_asked(
 async def test_with_node_reads_off_no_node_is_read_and_the_verdicts_say_so(
     api: CountingKubeApi, registry: str, five_policies: str
 ) -> None:
-    config = OperatorConfig(insecure_registries=(registry,))
+    config = OperatorConfig(watch_evidence=False, insecure_registries=(registry,))
     statuses = await tick_all(api, registry, five_policies, config)
     assert api.requests[NODE_LIST] == 0
     assert len(offline_reasons(statuses)) == 2 * len(POLICIES)

@@ -33,7 +33,7 @@ import pytest
 from imagerefresh.signatures import Failure, fallback_tag, legacy_tag, parse_public_key
 
 from support.cluster_env import Cluster, eventually
-from support.cosign_env import BUILD_TIMEOUT, KeyPair, key_pair
+from support.cosign_env import KeyPair, key_pair
 from support.hostile_registry import HostileRegistry
 from support.hub_front import ServedRequest
 from support.operator_env import Operator, front_of, running_operator, watched_namespace
@@ -58,7 +58,7 @@ from support.signing import (
     read_evidence,
 )
 
-pytestmark = [pytest.mark.cluster, pytest.mark.timeout(BUILD_TIMEOUT + 300)]
+pytestmark = pytest.mark.cluster
 
 PASSWORD = "signature-scenarios"
 POLICY = "control-plane"
@@ -828,7 +828,7 @@ def test_a_tick_asked_for_after_a_signature_lands_takes_no_lookup_that_read_befo
     mark = len(failing_front.received)
     failing_front.hold_next(signature)
     try:
-        operator.bump(ns, "first")  # asked for: it looks the unsigned digest up again
+        first = operator.bump(ns, "first")  # asked for: it looks the unsigned digest up again
         eventually(
             lambda: any(signature in r.target for r in failing_front.received[mark:]),
             timeout=30,
@@ -844,7 +844,7 @@ def test_a_tick_asked_for_after_a_signature_lands_takes_no_lookup_that_read_befo
     finally:
         failing_front.release()
         failing_front.behaviour, failing_front.only = "honest", ""
-    eventually(lambda: operator.ticks(ns, "first") >= 2, timeout=30, what="the first policy's tick")
+    operator.wait_answered(ns, "first", first)
     assert policy_target(cluster, ns, "first", "first")["phase"] == "Untrusted"  # read before
     # The older "unsigned", landing last, undoes nothing: the rollout is judged by follow-up
     # ticks nobody asked for, which take the remembered verdict.

@@ -30,7 +30,7 @@ async def test_a_tick_that_finds_its_policy_deleted_leaves_no_series_of_it() -> 
         api=NoPolicies(),  # type: ignore[arg-type]
         resolver=anything,
         ledger=anything,
-        config=OperatorConfig(),
+        config=OperatorConfig(watch_evidence=False),
         metrics=metrics,
     )
     assert await ticker.tick("ns", "deleted") is None

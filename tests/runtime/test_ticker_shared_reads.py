@@ -73,7 +73,9 @@ async def plan_both(
     """Plan both policies with one ticker; ``ask_second``: the second is a tick someone asked
     for (a new refresh-now) instead of a plan."""
     ledger = RateLimitLedger()
-    config = OperatorConfig(insecure_registries=(registry,), resolution_window=window)
+    config = OperatorConfig(
+        watch_evidence=False, insecure_registries=(registry,), resolution_window=window
+    )
     async with RegistryClient(insecure_registries=[registry], ledger=ledger) as client:
         ticker = PolicyTicker(
             api=api,

@@ -39,7 +39,7 @@ async def test_reads_and_decisions_take_slots_and_waiting_on_a_registry_takes_no
         api=anything,
         resolver=anything,
         ledger=anything,
-        config=OperatorConfig(tick_concurrency=3),
+        config=OperatorConfig(watch_evidence=False, tick_concurrency=3),
         metrics=Metrics(),
         verifier=anything,
     )

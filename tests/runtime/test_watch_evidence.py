@@ -4,8 +4,9 @@ A synced copy spares the tick its workload and pod reads; a copy that never sync
 allows no list or watch) leaves every read to the API server; a copy that lags behind a change
 made meanwhile cannot clobber it (the patch's ``test`` ops fail on the API server) and the next
 tick decides on the change; a watch that breaks in the middle of a rollout — the API server's
-410 Gone, a stream cut under the reader — still ends in the rollout's verdict, delivered by the
-new list, with nothing polled meanwhile.
+410 Gone, a stream cut under the reader — still ends in the rollout's verdict, decided on the
+copy the new list made, with nothing polled and nothing read directly meanwhile (the test
+counts both).
 Policies here are judged as they settle (``healthyFor: 0s``): these tests are about the copies;
 the health window's own following of pods is in test_rollout_following and test_scheduler.
 """
@@ -30,11 +31,11 @@ from imagerefresh.ratelimit import RateLimitLedger
 from imagerefresh.registry import RegistryClient
 from imagerefresh.resolver import SharedResolver
 from imagerefresh.runtime.config import OperatorConfig
-from imagerefresh.runtime.scheduler import Scheduler
+from imagerefresh.runtime.scheduler import DEFAULT_FOLLOW_PERIOD, Scheduler
 from imagerefresh.runtime.ticker import PolicyTicker
 
 from support.accounts import service_account_kubeconfig
-from support.cluster_env import Cluster, eventually
+from support.cluster_env import Cluster, eventually, wait_until_versions_expire
 from support.counting import CountingKubeApi
 from support.operator_env import deployment_with_policy
 from support.registry_env import ImagePusher
@@ -93,6 +94,19 @@ def _synced(ticker: PolicyTicker, key: TargetKey) -> bool:
     return ticker.watches.version(key) is not None
 
 
+async def _caught_up(ticker: PolicyTicker, cluster: Cluster, key: TargetKey) -> None:
+    """Wait until the workload's copy holds what the API server holds now (a settled rollout's
+    last status): a tick on it then judges what ``kubectl rollout status`` saw."""
+
+    def held() -> bool:
+        stored = cluster.get("deployment", key.name, "-n", key.namespace)["metadata"]
+        return ticker.watches is not None and ticker.watches.version(key) == str(
+            stored["resourceVersion"]
+        )
+
+    await asyncio.to_thread(eventually, held, what="the copy to catch up", timeout=30)
+
+
 def _pinned(cluster: Cluster, ns: str, digest: str) -> bool:
     return str(images(cluster, ns, "app")["app"]).endswith(digest)
 
@@ -121,16 +135,7 @@ async def test_a_tick_on_synced_copies_reads_no_workload_or_pod_and_still_pins_t
             timeout=30,
         )
         await asyncio.to_thread(cluster.kubectl, "rollout", "status", "-n", ns, "deployment/app")
-        await asyncio.to_thread(
-            eventually,
-            lambda: (
-                ticker.watches is not None
-                and ticker.watches.version(key)
-                == cluster.get("deployment", "app", "-n", ns)["metadata"]["resourceVersion"]
-            ),
-            what="the copy to hold the settled first pin",
-            timeout=30,
-        )
+        await _caught_up(ticker, cluster, key)
         await ticker.tick(ns, POLICY)  # judges the first pin (Current)
         before = _workload_reads(api, ns)
         pushed = pusher.push(f"{ns}/app", "prod", seed="two")
@@ -236,7 +241,11 @@ async def test_a_change_behind_a_lagging_copy_fails_the_patch_s_precondition_and
             eventually, lambda: _synced(ticker, key), what="the copies", timeout=30
         )
         await asyncio.to_thread(cluster.kubectl, "rollout", "status", "-n", ns, "deployment/app")
-        await ticker.tick(ns, POLICY)  # judges the first pin (Current) on the synced copy
+        await _caught_up(ticker, cluster, key)
+        first = await ticker.tick(ns, POLICY)  # judges the first pin on the synced copy
+        assert first is not None
+        assert first.applied is not None
+        assert first.applied.status.targets[0].phase.value == "Current"
         assert ticker.watches is not None
         copy = ticker.watches.covering(key)
         assert copy is not None
@@ -268,12 +277,41 @@ async def test_a_change_behind_a_lagging_copy_fails_the_patch_s_precondition_and
         assert [p.changes[0].expected for p in fresh.applied.patched] == [hotfix]
 
 
+class _Gated(Scheduler):
+    """The operator's scheduler, with two things a test needs: a gate no tick passes while it
+    is closed (the tick is due, and runs once it opens), and a count of the reads of rollouts
+    it polls (``polled``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.polled = 0
+
+    async def _tick(self, policy: Any, follow_up: bool, *, aside: bool = False) -> None:
+        await self.gate.wait()
+        await super()._tick(policy, follow_up, aside=aside)
+
+    async def _version(self, key: TargetKey) -> str | None:
+        self.polled += 1
+        return await super()._version(key)
+
+
+# Rollouts no synced watch reports are read this often: never within a test. Only the watches
+# (the stream, or the list that replaces a broken one) can bring a rollout's change here.
+NEVER_POLLED = 86_400.0
+
+
 @contextlib.asynccontextmanager
-async def _scheduling(ticker: PolicyTicker, ns: str) -> AsyncIterator[Scheduler]:
-    """The operator's scheduler over ``ticker``, with one policy on a 15-minute interval."""
-    scheduler = Scheduler(ticker, phase=0.0)
+async def _scheduling(
+    ticker: PolicyTicker, ns: str, *, polled: bool = True
+) -> AsyncIterator[_Gated]:
+    """The operator's scheduler over ``ticker``, with one policy on a 15-minute interval;
+    ``polled=False``: no poll of rollouts within the test."""
+    period = DEFAULT_FOLLOW_PERIOD if polled else NEVER_POLLED
+    scheduler = _Gated(ticker, phase=0.0, follow_period=period)
     uid = f"{ns}/{POLICY}"
-    scheduler.observe(uid, ns, POLICY, 900.0, ("first",))
+    scheduler.observe(uid, ns, POLICY, 900.0, {"spec": 1})
     task = asyncio.create_task(scheduler.run())
     try:
         yield scheduler
@@ -284,7 +322,7 @@ async def _scheduling(ticker: PolicyTicker, ns: str) -> AsyncIterator[Scheduler]
 
 
 @pytest.mark.parametrize("fault", ["410 Gone", "stream cut"])
-async def test_a_watch_broken_mid_rollout_still_yields_the_verdict_and_is_listed_again(
+async def test_a_watch_broken_mid_rollout_still_yields_the_verdict_decided_on_the_new_list(
     crd_installed: Cluster,
     registry: str,
     pusher: ImagePusher,
@@ -294,7 +332,7 @@ async def test_a_watch_broken_mid_rollout_still_yields_the_verdict_and_is_listed
     cluster, ns = crd_installed, policy_namespace
     pusher.push(f"{ns}/app", "prod", seed="one")
     deployment_with_policy(cluster, ns, f"{registry}/{ns}/app:prod", healthyFor="0s")
-    api = KubeApi.from_environment(cluster.kubeconfig)
+    api = CountingKubeApi.from_environment(cluster.kubeconfig)
     key = TargetKey(WorkloadKind.DEPLOYMENT, ns, "app")
 
     def phase() -> str | None:
@@ -304,9 +342,13 @@ async def test_a_watch_broken_mid_rollout_still_yields_the_verdict_and_is_listed
     def current_on(digest: str) -> bool:
         return phase() == "Current" and _pinned(cluster, ns, digest)
 
+    if fault == "410 Gone":
+        await asyncio.to_thread(
+            wait_until_versions_expire, cluster, f"/apis/apps/v1/namespaces/{ns}/deployments"
+        )
     with _ticker(api, registry) as ticker:
         await _schema_ready(ticker)
-        async with _scheduling(ticker, ns) as scheduler:
+        async with _scheduling(ticker, ns, polled=False) as scheduler:
             await asyncio.to_thread(
                 eventually, lambda: phase() == "Current", what="the first pin", timeout=60
             )
@@ -319,7 +361,7 @@ async def test_a_watch_broken_mid_rollout_still_yields_the_verdict_and_is_listed
             lists = copy.lists
             copy.hold()  # nothing the stream delivers from here is applied until released
             pushed = pusher.push(f"{ns}/app", "prod", seed="two")
-            scheduler.observe(f"{ns}/{POLICY}", ns, POLICY, 900.0, ("pushed",))
+            scheduler.observe(f"{ns}/{POLICY}", ns, POLICY, 900.0, {"spec": 1, "refresh_now": "a"})
             await asyncio.to_thread(
                 eventually,
                 lambda: _pinned(cluster, ns, pushed.digest),
@@ -330,6 +372,10 @@ async def test_a_watch_broken_mid_rollout_still_yields_the_verdict_and_is_listed
                 cluster.kubectl, "rollout", "status", "-n", ns, "deployment/app", "--timeout=60s"
             )
             assert phase() == "Refreshing"  # settled, but no event and no poll told anyone
+            # The break. Until the copy is listed again, no tick runs (a follow-up may fall due
+            # meanwhile: the events the broken stream still hands over ask for one).
+            scheduler.gate.clear()
+            reads = _workload_reads(api, ns)
             if fault == "410 Gone":
                 copy.resume_from("1")  # long compacted: the API server answers 410
             else:
@@ -337,18 +383,20 @@ async def test_a_watch_broken_mid_rollout_still_yields_the_verdict_and_is_listed
             copy.release()
             await asyncio.to_thread(
                 eventually,
-                lambda: current_on(pushed.digest),
-                what="the verdict after the new list",
-                timeout=60,
-            )
-            # The broken stream was replaced by a new list (what it had delivered before the
-            # break may already have carried the verdict: a cut loses nothing received).
-            await asyncio.to_thread(
-                eventually,
                 lambda: copy.lists > lists and copy.synced,
                 what="a new list",
                 timeout=30,
             )
+            scheduler.gate.set()
+            await asyncio.to_thread(
+                eventually,
+                lambda: current_on(pushed.digest),
+                what="the verdict after the new list",
+                timeout=60,
+            )
+            # Decided on the copy: no tick read the workload or its pods, nothing was polled.
+            assert _workload_reads(api, ns) == reads
+            assert scheduler.polled == 0
 
 
 # --- read your own writes, and silence ------------------------------------------------------
@@ -481,7 +529,9 @@ async def test_a_stream_silent_mid_rollout_still_yields_the_verdict_and_bars_not
             copy = await _copies_synced(ticker, key)
             new = pusher.push(f"{ns}/app", "prod", seed="silent-new")
             _hold_once_it_holds(copy, new.digest)
-            scheduler.observe(f"{ns}/{POLICY}", ns, POLICY, 900.0, ("pushed",))
+            scheduler.observe(
+                f"{ns}/{POLICY}", ns, POLICY, 900.0, {"spec": 1, "refresh_now": "pushed"}
+            )
             await asyncio.to_thread(
                 eventually, lambda: _pinned(cluster, ns, new.digest), what="the patch", timeout=60
             )

@@ -40,7 +40,7 @@ from imagerefresh.signatures import (
     verify,
 )
 
-from support.cosign_env import BUILD_TIMEOUT, key_pair
+from support.cosign_env import key_pair
 from support.registry_env import ImagePusher
 from support.signing import (
     TestKey,
@@ -52,7 +52,7 @@ from support.signing import (
     read_evidence,
 )
 
-pytestmark = [pytest.mark.registry, pytest.mark.timeout(BUILD_TIMEOUT + 300)]
+pytestmark = pytest.mark.registry
 
 PATH, ELSEWHERE = "signatures/app", "signatures/elsewhere"
 PASSWORD = "signatures-test"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +106,9 @@ class AuditEntry:
     namespace: str
     name: str
     code: int
+    # When the API server received the request and logged its answer (its own clock).
+    received: datetime
+    completed: datetime
 
     @property
     def succeeded(self) -> bool:
@@ -124,6 +128,11 @@ def _audit_events(cluster: Cluster) -> Iterator[dict[str, Any]]:
 
 def _code(event: dict[str, Any]) -> int:
     return int((event.get("responseStatus") or {}).get("code") or 0)
+
+
+def _time(event: dict[str, Any], key: str) -> datetime:
+    """An audit timestamp (RFC 3339 with microseconds), as an aware datetime."""
+    return datetime.fromisoformat(str(event[key]).replace("Z", "+00:00"))
 
 
 def audited_writes(cluster: Cluster, *accounts: str) -> list[AuditEntry]:
@@ -149,6 +158,8 @@ def audited_writes(cluster: Cluster, *accounts: str) -> list[AuditEntry]:
                 namespace=ref.get("namespace", ""),
                 name=ref.get("name", ""),
                 code=_code(event),
+                received=_time(event, "requestReceivedTimestamp"),
+                completed=_time(event, "stageTimestamp"),
             )
         )
     return entries

@@ -140,6 +140,24 @@ def eventually(
         time.sleep(interval)
 
 
+def wait_until_versions_expire(cluster: Cluster, path: str, timeout: float = 60) -> None:
+    """Wait until a watch of ``path`` resumed from version "1" is answered 410 Gone.
+
+    A precondition of the tests that provoke a 410. A watch cache that listed its resource at
+    revision 1 (a fresh etcd) replays the history to such a watch instead, until its buffer has
+    evicted an event (as many changes of that resource as the buffer holds: it depends on what
+    ran before, not on time). e2e/local moves etcd past revision 1 before the API server
+    starts, so there this holds at once; on another cluster, a young one may not get there."""
+
+    def expired() -> bool:
+        answer = cluster.kubectl(
+            "get", "--raw", f"{path}?watch=true&resourceVersion=1&timeoutSeconds=1", check=False
+        )
+        return '"code":410' in answer.stdout
+
+    eventually(expired, timeout=timeout, what=f"a watch of {path} from version 1 to be 410 Gone")
+
+
 # ---------------------------------------------------------------------------------------------
 # Hooks
 

@@ -1,10 +1,11 @@
 """cosign, the signing tool the release signs its checksums with: the ``cosign`` fixture.
 
-It is the build pinned in `e2e/versions.env` (COSIGN_VERSION), in the same bin dir as helm.
-Unlike the control plane's binaries it is built on demand — `make binaries` leaves it out — so
-the fixture builds it when it is missing (`e2e/build-binaries cosign`: a few minutes of CPU
-the first time on 2 cores, then cached by version). :func:`key_pair` makes a password-protected
-key pair the way a user would (``cosign generate-key-pair``).
+It is the build pinned in `e2e/versions.env` (COSIGN_VERSION), made by `make binaries`
+(`e2e/build-binaries`, cached by version) before the tests, never by a test: the fixture only
+locates it (`e2e/build-binaries --path cosign`) and fails, naming `make binaries`, when it is
+missing. Tests that use it are marked ``binaries`` (tests/conftest.py), so `make unit` leaves
+them out. :func:`key_pair` makes a password-protected key pair the way a user would
+(``cosign generate-key-pair``).
 """
 
 from __future__ import annotations
@@ -18,11 +19,7 @@ import pytest
 
 from support.helm_env import BUILD_BINARIES
 
-__all__ = ["KeyPair", "built_cosign", "cosign", "key_pair"]
-
-# A cold build of cosign's module and its dependencies (about 6 CPU minutes, 1.8 GB of
-# modules); the build's own timeout, so that a test using the fixture needs a longer one too.
-BUILD_TIMEOUT = 1200
+__all__ = ["KeyPair", "built_cosign", "cosign", "key_pair", "pinned_build"]
 
 
 @dataclass(frozen=True)
@@ -47,24 +44,25 @@ def key_pair(cosign: Path, directory: Path, password: str = "release-test") -> K
     return KeyPair(directory / "cosign.key", directory / "cosign.pub", password)
 
 
+def pinned_build(name: str) -> Path:
+    """Where the pinned build of ``name`` is (RuntimeError, saying what to run, when it is
+    not built)."""
+    found = subprocess.run(
+        [str(BUILD_BINARIES), "--path", name], capture_output=True, text=True, check=False
+    )
+    if found.returncode != 0:
+        raise RuntimeError(found.stderr.strip() or f"e2e/build-binaries --path {name} failed")
+    return Path(found.stdout.strip())
+
+
 def built_cosign() -> Path:
-    """The pinned cosign, built first when it is not cached yet (RuntimeError if the build
-    fails)."""
-    done = subprocess.run(
-        [str(BUILD_BINARIES), "cosign"], capture_output=True, text=True,
-        timeout=BUILD_TIMEOUT, check=False,
-    )  # fmt: skip
-    if done.returncode != 0:
-        raise RuntimeError(f"e2e/build-binaries cosign failed:\n{done.stderr[-3000:]}")
-    bin_dir = subprocess.run(
-        [str(BUILD_BINARIES), "--print-bin-dir"], capture_output=True, text=True, check=True
-    ).stdout.strip()
-    return Path(bin_dir) / "cosign"
+    """The pinned cosign (RuntimeError when `make binaries` has not built it)."""
+    return pinned_build("cosign")
 
 
 @pytest.fixture(scope="session")
 def cosign() -> Path:
-    """The pinned cosign, built first when it is not cached yet."""
+    """The pinned cosign, as `make binaries` built it."""
     try:
         return built_cosign()
     except RuntimeError as error:

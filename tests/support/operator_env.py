@@ -3,8 +3,12 @@
 One operator per test module watches every namespace matching ``irp-*`` (the
 ``policy_namespace`` fixture makes such namespaces), with the test registry on its insecure
 list. Tests never sleep through an interval: :meth:`Operator.tick` bumps the policy's
-``images.tracebloc.io/refresh-now`` annotation, which ticks that policy at once, and waits
-until the operator's own tick counter (its Prometheus metrics) has moved past it.
+``images.tracebloc.io/refresh-now`` annotation, which asks for a tick of that policy at once,
+and waits until the tick that answers that very ask has ended — one that *started* after the
+operator saw it, never one already in flight — as the operator's metrics say
+(``imagerefresh_ticks_asked_total`` / ``imagerefresh_ticks_answered_total``, reason
+``refresh_now``). Only these helpers write the annotation, one ask at a time, so the n-th ask
+the operator counted is the n-th bump.
 ``IMAGEREFRESH_TEST_LOG_LEVEL=DEBUG`` logs kopf's watch streams and every API request.
 """
 
@@ -19,7 +23,7 @@ import secrets
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -158,8 +162,41 @@ class Operator:
     def ticks(self, namespace: str, policy: str) -> float:
         return self.metric("imagerefresh_ticks_total", namespace=namespace, policy=policy)
 
-    def bump(self, namespace: str, policy: str) -> None:
-        """Ask for a prompt tick (a new refresh-now value), without waiting for it."""
+    def asks(self, namespace: str, policy: str, reason: str = "refresh_now") -> float:
+        """The asks for a tick of the policy the operator has seen (``reason``: what asked)."""
+        return self.metric(
+            "imagerefresh_ticks_asked_total", namespace=namespace, policy=policy, reason=reason
+        )
+
+    def answered(self, namespace: str, policy: str, reason: str = "refresh_now") -> float:
+        """The asks answered: a tick that started after each has ended."""
+        return self.metric(
+            "imagerefresh_ticks_answered_total", namespace=namespace, policy=policy, reason=reason
+        )
+
+    def _until(self, check: Callable[[], bool], deadline: float, what: str) -> None:
+        """Poll ``check`` (a precondition or the tick asked for) until ``deadline``."""
+        while not check():
+            if time.monotonic() > deadline:
+                pytest.fail(f"no {what} in time; log tail:\n{self.log()[-3000:]}")
+            if self.process is not None and self.process.poll() is not None:
+                pytest.fail(f"imagerefresh run died; log tail:\n{self.log()[-3000:]}")
+            time.sleep(0.1)
+
+    def bump(self, namespace: str, policy: str, timeout: float = 30) -> int:
+        """Ask for a prompt tick (a new refresh-now value) and wait until the operator has seen
+        the ask, not for the tick; the ask's number, for :meth:`wait_answered`.
+
+        The policy must have been noticed first (its first sighting, with whatever annotation
+        it carries then, is an ask of its own), and each bump is seen before the next is made:
+        the operator then counts each bump as one ask, in order."""
+        deadline = time.monotonic() + timeout
+        self._until(
+            lambda: self.asks(namespace, policy, "noticed") >= 1,
+            deadline,
+            f"sighting of {namespace}/{policy} by the operator",
+        )
+        ask = int(self.asks(namespace, policy)) + 1
         self._bumps += 1
         self.cluster.kubectl(
             "annotate",
@@ -170,22 +207,27 @@ class Operator:
             policy,
             f"{REFRESH_NOW}={self._bumps}-{secrets.token_hex(3)}",
         )
+        self._until(
+            lambda: self.asks(namespace, policy) >= ask,
+            deadline,
+            f"refresh-now of {namespace}/{policy} seen by the operator",
+        )
+        return ask
+
+    def wait_answered(self, namespace: str, policy: str, ask: int, timeout: float = 30) -> None:
+        """Wait until the tick that answers refresh-now ask number ``ask`` has ended."""
+        self._until(
+            lambda: self.answered(namespace, policy) >= ask,
+            time.monotonic() + timeout,
+            f"tick of {namespace}/{policy} answering ask {ask} within {timeout}s",
+        )
 
     def tick(self, namespace: str, policy: str, timeout: float = 30) -> None:
-        """Ask for a prompt tick and wait until one whole tick has run after the request."""
-        before = self.ticks(namespace, policy)
-        self.bump(namespace, policy)
-        deadline = time.monotonic() + timeout
-        # A tick in flight when we bumped may finish first: wait for two, or one started after.
-        while self.ticks(namespace, policy) < before + 1:
-            if time.monotonic() > deadline:
-                pytest.fail(
-                    f"no tick of {namespace}/{policy} within {timeout}s; log tail:\n"
-                    f"{self.log()[-3000:]}"
-                )
-            if self.process is not None and self.process.poll() is not None:
-                pytest.fail(f"imagerefresh run died; log tail:\n{self.log()[-3000:]}")
-            time.sleep(0.1)
+        """Ask for a prompt tick and wait until the tick that answers it has ended: a whole
+        tick that started after the ask (what it found is in the cluster and the metrics)."""
+        started = time.monotonic()
+        ask = self.bump(namespace, policy, timeout)
+        self.wait_answered(namespace, policy, ask, timeout - (time.monotonic() - started))
 
     def wait_first_tick(self, namespace: str, policy: str, timeout: float = 60) -> None:
         # A precondition, not a verdict. On failure the log says whether the policy was

@@ -4,8 +4,8 @@ distribution 2.8 (the ``registry`` fixture) has no referrers API, so cosign stor
 under the fallback tag; this registry has it, so cosign 3 attaches them through it and no
 fallback tag exists. It is go-containerregistry's ``pkg/registry`` (in memory, referrers on)
 behind our own few lines, ``e2e/referrers-registry/main.go``, pinned in ``e2e/versions.env``
-and built on demand by ``e2e/build-binaries referrers-registry`` (seconds once the module is in
-the Go module cache). One process per session, on a free loopback port it picks itself.
+and built by `make binaries` before the tests (never by a test: a missing build fails, naming
+`make binaries`). One process per session, on a free loopback port it picks itself.
 
 Its access log — one line per request — is what tests read to assert what the registry
 received (:meth:`ReferrersRegistry.requests`).
@@ -22,11 +22,10 @@ from pathlib import Path
 
 import pytest
 
-from support.helm_env import BUILD_BINARIES
+from support.cosign_env import pinned_build
 
 __all__ = ["LoggedRequest", "ReferrersRegistry", "built", "referrers_registry"]
 
-BUILD_TIMEOUT = 600
 # "2026/12/04 00:08:31.422671 GET /v2/app/referrers/sha256:… [404 CODE message]": the registry
 # logs a status only for the errors it answers.
 _ACCESS_LINE = re.compile(
@@ -99,23 +98,13 @@ class ReferrersRegistry:
 
 
 def built() -> Path:
-    """The registry's binary, built first when it is not cached yet (RuntimeError if the build
-    fails)."""
-    done = subprocess.run(
-        [str(BUILD_BINARIES), "referrers-registry"], capture_output=True, text=True,
-        timeout=BUILD_TIMEOUT, check=False,
-    )  # fmt: skip
-    if done.returncode != 0:
-        raise RuntimeError(f"e2e/build-binaries referrers-registry failed:\n{done.stderr[-3000:]}")
-    bin_dir = subprocess.run(
-        [str(BUILD_BINARIES), "--print-bin-dir"], capture_output=True, text=True, check=True
-    ).stdout.strip()
-    return Path(bin_dir) / "referrers-registry"
+    """The registry's pinned build (RuntimeError when `make binaries` has not built it)."""
+    return pinned_build("referrers-registry")
 
 
 @pytest.fixture(scope="session")
 def referrers_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferrersRegistry]:
-    """A registry with the OCI referrers API on loopback (plain HTTP), built when missing."""
+    """A registry with the OCI referrers API on loopback (plain HTTP)."""
     try:
         binary = built()
     except RuntimeError as error:

@@ -16,6 +16,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import socket
 import ssl
@@ -38,7 +39,7 @@ from support.hub_front import HubFront
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "e2e"))
 import realnode
 
-__all__ = ["ImagePusher", "PushedImage", "RegistryServer", "free_port"]
+__all__ = ["ImagePusher", "LoggedRequest", "PushedImage", "RegistryServer", "free_port"]
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
@@ -72,25 +73,54 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+@dataclass(frozen=True)
+class LoggedRequest:
+    """One request as the registry's access log has it."""
+
+    method: str
+    uri: str
+    status: int
+
+
+# The access log (Apache's combined format):
+# 127.0.0.1 - - [05/Dec/2026:07:51:07 +0000] "HEAD /v2/team/app/manifests/prod HTTP/1.1" 401 151 …
+_ACCESS_LINE = re.compile(
+    r'^\S+ \S+ \S+ \[[^]]+\] "(?P<method>[A-Z]+) (?P<uri>\S+) [^"]*" (?P<status>\d{3}) '
+)
+_AUTH_FAILURE = re.compile(r'"msg":"error authenticating user \\"(?P<user>[^\\]*)\\": ')
+
+
 @dataclass
 class RegistryServer:
     """A distribution registry process on 127.0.0.1 with storage in ``root``; over TLS when
-    given ``tls`` (a certificate of 127.0.0.1 and its key, ``tls.crt`` and ``tls.key``)."""
+    given ``tls`` (a certificate of 127.0.0.1 and its key, ``tls.crt`` and ``tls.key``); asking
+    for Basic credentials when given ``htpasswd`` (a file of ``user:bcrypt-hash`` lines, the
+    only hashes distribution accepts; it needs TLS for them)."""
 
     root: Path
     port: int
     tls: Path | None = None
+    htpasswd: Path | None = None
     process: subprocess.Popen[bytes] | None = None
 
     @property
     def host(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    @property
+    def log(self) -> Path:
+        return self.root / "registry.log"
+
     def _http(self) -> dict[str, object]:
         if self.tls is None:
             return {"addr": self.host}
         tls = {"certificate": str(self.tls / "tls.crt"), "key": str(self.tls / "tls.key")}
         return {"addr": self.host, "tls": tls}
+
+    def _auth(self) -> dict[str, object]:
+        if self.htpasswd is None:
+            return {}
+        return {"auth": {"htpasswd": {"realm": "imagerefresh-test", "path": str(self.htpasswd)}}}
 
     def _answers(self) -> bool:
         if self.tls is None:
@@ -101,7 +131,22 @@ class RegistryServer:
             answer = httpx.get(f"{scheme}://{self.host}/v2/", timeout=1, verify=verify)
         except httpx.HTTPError:
             return False
-        return answer.status_code == 200
+        # Asking for credentials is an answer too.
+        return answer.status_code == (401 if self.htpasswd is not None else 200)
+
+    def requests(self) -> list[LoggedRequest]:
+        """Every request the registry answered, in order (its access log)."""
+        found = []
+        for line in self.log.read_text(errors="replace").splitlines():
+            match = _ACCESS_LINE.match(line)
+            if match is not None:
+                found.append(LoggedRequest(match["method"], match["uri"], int(match["status"])))
+        return found
+
+    def authentication_failures(self) -> list[str]:
+        """The users whose credentials the registry checked and refused, in order."""
+        text = self.log.read_text(errors="replace")
+        return [match["user"] for match in _AUTH_FAILURE.finditer(text)]
 
     def start(self) -> None:
         binary = shutil.which("docker-registry")
@@ -114,16 +159,22 @@ class RegistryServer:
             json.dumps(  # JSON is YAML; the registry reads it as its config file
                 {
                     "version": 0.1,
-                    "log": {"level": "warn"},
+                    # With credentials asked for, every answer is logged: tests read them.
+                    "log": (
+                        {"level": "info", "formatter": "json"}
+                        if self.htpasswd is not None
+                        else {"level": "warn"}
+                    ),
                     "storage": {
                         "filesystem": {"rootdirectory": str(self.root / "data")},
                         "delete": {"enabled": True},
                     },
                     "http": self._http(),
+                    **self._auth(),
                 }
             )
         )
-        log = (self.root / "registry.log").open("wb")
+        log = self.log.open("wb")
         self.process = subprocess.Popen([binary, "serve", str(config)], stdout=log, stderr=log)
         try:
             self._wait_until_it_answers()
@@ -186,9 +237,19 @@ class ImagePusher:
     """Push small but real images to a registry through its HTTP API: one gzipped tar layer
     and a config naming its diff_id, so that a runtime (podman) pulls and stores them."""
 
-    def __init__(self, host: str) -> None:
+    def __init__(
+        self, host: str, *, tls: Path | None = None, auth: tuple[str, str] | None = None
+    ) -> None:
+        """``tls``: the registry's certificate (HTTPS, trusting it); ``auth``: Basic
+        credentials (user, password)."""
         self.host = host
-        self.http = httpx.Client(base_url=f"http://{host}", timeout=10)
+        if tls is None:
+            self.http = httpx.Client(base_url=f"http://{host}", timeout=10, auth=auth)
+        else:
+            trust = ssl.create_default_context(cafile=str(tls))
+            self.http = httpx.Client(
+                base_url=f"https://{host}", timeout=10, auth=auth, verify=trust
+            )
 
     def _blob(self, path: str, content: bytes) -> dict[str, object]:
         digest = "sha256:" + hashlib.sha256(content).hexdigest()

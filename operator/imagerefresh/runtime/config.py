@@ -67,8 +67,9 @@ class OperatorConfig:
     # The helper pods' numeric user and group; RunAs(None, None): the platform assigns them.
     pre_pull_run_as: RunAs = DEFAULT_RUN_AS
     # Workloads and pods are read from watch-fed copies where synced (runtime/watches): off,
-    # every tick reads them from the API server and rollouts are polled.
-    watch_evidence: bool = False
+    # every tick reads them from the API server and rollouts are polled. On by default, as
+    # `imagerefresh run` is.
+    watch_evidence: bool = True
     # For tests only: planning spins the CPU this many seconds more, so that a test can prove
     # the event loop (the Lease, /healthz) goes on while a large policy is planned.
     planning_delay: float = 0.0

@@ -15,7 +15,11 @@ raw-event handler, which persists nothing) and this scheduler decides when each 
   refresh-outside-window annotation changes (such a tick takes no registry answer whose
   request started before it was asked for), and when what a drifted target waits for comes (a
   refresh window opening, a cooldown ending: the tick's ``wake_at``), rather than up to an
-  interval later;
+  interval later. Each of those changes is an *ask*, counted by what asked
+  (``imagerefresh_ticks_asked_total``); the first tick that starts after it answers it, and
+  every ask it answered is counted when it ends (``imagerefresh_ticks_answered_total``),
+  whatever its outcome. A tick in flight when the ask came answers nothing: so "the tick I
+  asked for has run" is a fact the metrics state, not an inference from a count of ticks;
 - **follow-up ticks**, while a rollout of ours is in flight (:mod:`imagerefresh.planner.follow`):
   a change of an in-flight workload — the controller reporting progress, completion or
   failure — ticks the policy at once. With watches on (:mod:`.watches`) the change is the watch
@@ -46,6 +50,7 @@ import asyncio
 import contextlib
 import math
 import time
+from collections import Counter
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 
@@ -56,7 +61,7 @@ from imagerefresh.planner import NOTHING_IN_FLIGHT, InFlight, TargetKey
 from imagerefresh.runtime.schedule import seconds_until_next_tick
 from imagerefresh.runtime.ticker import PolicyTicker, TickOutcome
 
-__all__ = ["Scheduler"]
+__all__ = ["NOTICED", "Scheduler", "Trigger"]
 
 log = structlog.get_logger(__name__)
 
@@ -70,6 +75,9 @@ DEFAULT_POLL_DEFER = 5.0  # how long the reads of rollouts may wait for ticks th
 FOLLOW_SETTLE = 0.25
 # Whether some rollout in flight needs polling is looked at no more often than this.
 _UNWATCHED_EVERY = 0.5
+# What asks for a prompt tick when it changes, by name (the ask's reason in the metrics).
+Trigger = Mapping[str, Hashable]
+NOTICED = "noticed"  # the ask of a policy's first sighting by this process
 
 
 @dataclass
@@ -79,7 +87,7 @@ class _Policy:
     namespace: str
     name: str
     interval: float
-    trigger: Hashable
+    trigger: Trigger
     due: float = 0.0  # the next interval tick (epoch seconds); 0: at once
     grid: float | None = None  # the grid instant ``due`` was last set to (equal: on the grid)
     follow_due: float | None = None  # the next follow-up tick, if one is owed
@@ -91,6 +99,8 @@ class _Policy:
     resolving: bool = False  # the tick running waits on registries: a follow-up may run aside
     aside: asyncio.Task[None] | None = None  # that follow-up
     asked_at: float | None = None  # when the next tick was asked for (a new trigger)
+    # The asks (by reason) the next interval or prompt tick answers; the first sighting's own.
+    asks: Counter[str] = field(default_factory=lambda: Counter({NOTICED: 1}))
     gone: bool = False
 
     @property
@@ -142,18 +152,30 @@ class Scheduler:
     # --- what kopf reports ------------------------------------------------------------------
 
     def observe(
-        self, uid: str, namespace: str, name: str, interval: float, trigger: Hashable
+        self, uid: str, namespace: str, name: str, interval: float, trigger: Trigger
     ) -> None:
-        """A policy exists (or changed): the first sighting and a new trigger tick at once."""
+        """A policy exists (or changed): the first sighting and a new trigger tick at once.
+
+        ``trigger`` names what asks for a tick when it changes (the spec's generation, the
+        annotations); each part that changed is one ask, of that name."""
         policy = self._policies.get(uid)
         if policy is None:
-            self._policies[uid] = _Policy(namespace, name, interval, trigger)
+            self._policies[uid] = _Policy(namespace, name, interval, dict(trigger))
+            self.ticker.metrics.tick_asked(namespace, name, NOTICED)
             # Its first tick starts now: a policy noticed that never logs a tick is stuck in
             # the operator, one never noticed was not reported by the watch.
             log.info("policy noticed", policy=f"{namespace}/{name}")
         else:
-            if policy.trigger != trigger:
-                policy.trigger, policy.due, policy.asked_at = trigger, 0.0, self.clock()
+            changed = sorted(
+                part
+                for part in {*policy.trigger, *trigger}
+                if policy.trigger.get(part) != trigger.get(part)
+            )
+            if changed:
+                policy.trigger, policy.due, policy.asked_at = dict(trigger), 0.0, self.clock()
+                for part in changed:
+                    policy.asks[part] += 1
+                    self.ticker.metrics.tick_asked(namespace, name, part)
             if policy.interval != interval:
                 policy.interval = interval
                 grid = self._grid_after(interval, self.clock())
@@ -313,8 +335,10 @@ class Scheduler:
         started = self.clock()
         policy.pods_moved = False  # this tick reads the pods as they are from now
         asked_at = round_at = None
+        answering: Counter[str] = Counter()  # a follow-up answers no ask
         if not follow_up:
             asked_at, policy.asked_at = policy.asked_at, None
+            answering, policy.asks = policy.asks, Counter()
             if asked_at is None and policy.due == policy.grid:
                 round_at = policy.due  # an interval tick: its round's registry answers
             policy.due = policy.grid = self._grid_after(policy.interval, started)
@@ -350,6 +374,9 @@ class Scheduler:
                 policy.aside = None
             else:
                 policy.running, policy.resolving = None, False
+            if not policy.gone:
+                for reason, count in sorted(answering.items()):
+                    self.ticker.metrics.tick_answered(policy.namespace, policy.name, reason, count)
             self._changed.set()
         if policy.gone:  # deleted while it ticked: nothing it recorded may outlive it
             self.ticker.metrics.forget_policy(policy.namespace, policy.name)

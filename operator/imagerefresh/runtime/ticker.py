@@ -236,7 +236,7 @@ class PolicyTicker:
                         found, digests, self.verifier, known=verdicts
                     )
                 result = await self._decide(
-                    policy, found, digests, signatures, rollbacks, follow_up
+                    policy, found, digests, signatures, rollbacks, follow_up, round_at
                 )
                 ticks.decided += 1
             outcome = "ok"
@@ -294,6 +294,7 @@ class PolicyTicker:
         signatures: Signatures,
         rollbacks: RollbackEvidence,
         follow_up: bool,
+        round_at: float | None,
     ) -> TickOutcome:
         """Plan on the evidence, apply the plan, and say what is in flight."""
         now = self.clock()
@@ -316,7 +317,7 @@ class PolicyTicker:
                 self.ledger.release(held)  # that refresh never happened: its pulls are free
         metadata = policy["metadata"]
         namespace, name = metadata["namespace"], metadata["name"]
-        self._record(namespace, name, gathered, applied, plan, planning)
+        self._record(namespace, name, gathered, applied, plan, planning, round_at)
         flying = in_flight(gathered.tick.policy.spec, applied.status, namespace, now)
         versions = {
             key: str(workload["metadata"].get("resourceVersion", ""))
@@ -391,6 +392,7 @@ class PolicyTicker:
         applied: Applied,
         plan: Plan,
         planning: float,
+        round_at: float | None,
     ) -> None:
         spec = gathered.tick.policy.spec
         self.metrics.record_status(namespace, name, spec, applied.status)
@@ -427,6 +429,7 @@ class PolicyTicker:
             events=[e.reason for e in applied.events],
             status_written=applied.status_written,
             follow_up=gathered.tick.follow_up,
+            round=round_at,  # the grid instant of an interval tick's round; None: no round
             decisions=plan.decisions,
             planning_seconds=round(planning, 3),
         )
