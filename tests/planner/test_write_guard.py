@@ -53,7 +53,7 @@ def tick_input(
     previous: dict[str, str] | None = None,
     verified: tuple[str, ...] = (),
     live: str = f"{REPO}@{D_RUNS}",
-    running: str = D_RUNS,
+    running: str | tuple[str, str] = D_RUNS,
 ) -> TickInput:
     """One Deployment of 2 replicas on ``live``, its pods running ``running``; its tag now
     answers ``D_NEW``."""
@@ -81,7 +81,8 @@ def tick_input(
     )
     tick.verified = frozenset((REPO, d) for d in verified)
     work = deployment("jobs-manager", {"api": live}, replicas=2)
-    pods = [pod(f"jm-{i}", {"api": f"{REPO}@{running}"}) for i in range(2)]
+    runs = (running, running) if isinstance(running, str) else running
+    pods = [pod(f"jm-{i}", {"api": f"{REPO}@{run}"}) for i, run in enumerate(runs)]
     found = evidence(work, pods, {"api": D_NEW})
     if previous is not None:
         found = replace(found, previous_template=previous)
@@ -204,6 +205,13 @@ def test_pinning_what_every_pod_already_runs_waits_for_no_cooldown_and_costs_no_
     assert verdict(adopt, tick) == ()
 
 
+def test_pinning_what_only_some_pods_run_still_waits_for_its_cooldown() -> None:
+    # One pod already runs the new build, the other would pull it: not "moves nothing".
+    tick = tick_input(minimum_age="1h", seen_since=T0, live=f"{REPO}:prod", running=(D_NEW, D_RUNS))
+    reasons = verdict(patch(f"{REPO}@{D_NEW}", expected=f"{REPO}:prod", pulls=1), tick)
+    assert [r for r in reasons if "is cooling down until" in r], reasons
+
+
 def test_a_digest_pin_waits_for_no_cooldown() -> None:
     tick = Tick(
         spec(
@@ -301,6 +309,22 @@ def test_a_helper_pod_pulls_only_what_a_refresh_may_write_and_is_charged_its_pul
     cooling = tick_input(minimum_age="1h", seen_since=T0)
     (early,) = verdict(helper(f"{REPO}@{D_NEW}", 1), cooling)
     assert "is cooling down" in early
+
+
+def test_a_helper_pod_pulling_a_tag_is_refused_it_pulls_only_digests() -> None:
+    reasons = verdict(helper(f"{REPO}:prod", 1), tick_input())
+    assert reasons == (f"{REPO}:prod: '{REPO}:prod' names no digest",)
+
+
+def test_a_helper_pod_pulling_a_repository_the_target_does_not_track_is_refused() -> None:
+    miner = f"docker.io/evil/miner@{D_NEW}"
+    reasons = verdict(helper(miner, 1), tick_input())
+    assert f"{miner}: not a repository the target tracks" in reasons
+
+
+def test_a_write_for_a_workload_that_is_not_a_target_of_the_policy_is_refused() -> None:
+    stray = replace(patch(f"{REPO}@{D_NEW}"), target=key("payments"))
+    assert verdict(stray, tick_input()) == (f"{key('payments')} is not a target of the policy",)
 
 
 # --- only the guard clears ----------------------------------------------------------------
