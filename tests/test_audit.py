@@ -594,6 +594,26 @@ def test_the_default_reach_is_the_policys_own_namespace() -> None:
             "is never refreshed; one container, one policy: remove it from all but one",
         ),
         (
+            [policy(n, target("jobs-manager", api=JM)) for n in ("c", "b", "a")],
+            "container 'api' is declared by policy tracebloc/a and by tracebloc/b, tracebloc/c, so "
+            "this target is never refreshed; one container, one policy: remove it from all but one",
+        ),
+        (
+            [
+                CONTROL_PLANE,
+                AuditedPolicy(
+                    "tracebloc",
+                    "broken",
+                    None,
+                    "bad",
+                    (("Deployment", "tracebloc", "jobs-manager", "api"),),
+                ),
+            ],
+            "container 'api' is declared by policy tracebloc/control-plane and by "
+            "tracebloc/broken, so this target is never refreshed; one container, one policy: "
+            "remove it from all but one",
+        ),
+        (
             [
                 policy(
                     "p",
@@ -633,3 +653,15 @@ def test_a_finding_shows_the_live_image_where_it_was_read_and_a_dash_where_not()
     ]
     (unread,) = audit([TENANT], [LIVE_JM], namespaces=frozenset({"t"}))  # tracebloc not read
     assert (unread.kind, unread.container, unread.image) == (FindingKind.OUT_OF_REACH, "api", "-")
+
+
+def test_a_policy_wide_finding_shows_a_dash_for_a_container_that_runs_no_image_or_none() -> None:
+    paused = policy("cp", target("jobs-manager", api=JM, gone=JM), suspend=True)
+    detail = (
+        "policy tracebloc/cp is suspended: it refreshes nothing; set spec.suspend to false, or "
+        "move the container to a policy that runs"
+    )
+    assert audit([paused], [workload("jobs-manager", api="")]) == [
+        Finding("Deployment tracebloc/jobs-manager", name, FindingKind.SUSPENDED, "-", detail)
+        for name in ("api", "gone")
+    ]

@@ -108,6 +108,17 @@ def test_a_declared_container_on_a_tag_is_a_finding_of_its_own() -> None:
     assert found.detail.startswith(f"template on a tag: {JM} restarts offline with whichever")
 
 
+def test_a_container_only_an_unreadable_policy_claims_is_held_to_the_declared_rule() -> None:
+    # The operator's claim index keeps what can be read of a broken policy's targets.
+    broken = AuditedPolicy(
+        "tracebloc", "broken", None, "bad", (("Deployment", "tracebloc", "jobs-manager", "api"),)
+    )
+    live = workload("jobs-manager", container("api", JM), container("sidecar", "busybox:1.36"))
+    (found,) = audit_offline([broken], [live], NO_NODES)
+    assert rows([found]) == [("Deployment tracebloc/jobs-manager", "api", JM)]
+    assert found.detail.startswith(f"template on a tag: {JM} restarts offline with whichever")
+
+
 def test_always_on_an_undeclared_sidecar_fails_the_whole_workload() -> None:
     live = workload("jobs-manager", container("api", PINNED), container("sidecar", PROXY, "Always"))
     (found,) = audit_offline([CONTROL_PLANE], [live], NO_NODES)

@@ -515,3 +515,46 @@ def test_a_workloads_own_verdict_lets_undeclared_tags_be_unless_asked() -> None:
 def test_two_unproven_nodes_are_named_together() -> None:
     ready, reason, named = verdict(ALONE, [on("a"), on("b")], nodes(a=[], b=[]))
     assert (ready, reason, named) == (False, f"not proven on node a, b: {LACKS}", ("a", "b"))
+
+
+# Whether pods can start on a node now: a pre-pull skips, and names, the nodes that cannot.
+LISTED = [{"names": [PINNED]}]
+HEALTHY = [
+    {"type": "MemoryPressure", "status": "False"},
+    {"type": "DiskPressure", "status": "False"},
+    {"type": "Ready", "status": "True"},
+]
+NOT_READY = [{"type": "Ready", "status": "False"}]
+CORDONED = {"unschedulable": True}
+NODE_STATE_ROWS: list[tuple[str, dict[str, Any], bool, bool]] = [
+    ("Ready after its other conditions", {"status": {"conditions": HEALTHY, "images": LISTED}},
+     True, True),
+    ("not Ready", {"status": {"conditions": NOT_READY, "images": LISTED}}, False, True),
+    ("Ready Unknown: its kubelet stopped reporting",
+     {"status": {"conditions": [{"type": "Ready", "status": "Unknown"}], "images": LISTED}},
+     False, True),
+    ("cordoned", {"spec": CORDONED, "status": {"conditions": HEALTHY, "images": LISTED}},
+     True, False),
+    ("no Ready condition: says nothing, so tried", {"status": {"conditions": [], "images": []}},
+     True, True),
+    ("conditions that cannot be read", {"status": {"conditions": "Ready"}}, True, True),
+    ("an unreadable condition before its Ready",
+     {"status": {"conditions": ["Ready", 7, *NOT_READY]}}, False, True),
+    ("not Ready, its image list unreadable",
+     {"status": {"conditions": NOT_READY, "images": "many"}}, False, True),
+    ("cordoned, its image list unreadable",
+     {"spec": CORDONED, "status": {"conditions": HEALTHY, "images": "many"}}, True, False),
+    ("not Ready, no image list", {"status": {"conditions": NOT_READY}}, False, True),
+    ("cordoned, its status unreadable", {"spec": CORDONED, "status": "weird"}, True, False),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("row", "obj", "ready", "schedulable"), NODE_STATE_ROWS, ids=[r[0] for r in NODE_STATE_ROWS]
+)
+def test_a_node_is_ready_unless_its_ready_condition_says_not_and_schedulable_unless_cordoned(
+    row: str, obj: dict[str, Any], ready: bool, schedulable: bool
+) -> None:
+    inventory = NodeInventory.from_api([{"metadata": {"name": "a"}, **obj}], True)
+    state = inventory.nodes["a"]
+    assert (state.ready, state.schedulable) == (ready, schedulable)

@@ -363,3 +363,35 @@ def test_a_reservation_ends_with_its_counting_window() -> None:
     ledger = _limited(5)
     ledger.reserve(HUB, "account-1", 3, now=1001, settles_in=600)
     assert ledger.snapshot(HUB, "account-1", 1000 + 21600).remaining == 100
+
+
+def _rolled(window: int = 60) -> RateLimitLedger:
+    """A report of 5 left of 100 at 1000, in windows of ``window`` seconds."""
+    ledger = RateLimitLedger()
+    ledger.budget(HUB, "account-1").record_report(_report(100, 5, window), now=1000)
+    return ledger
+
+
+def test_every_reservation_of_a_window_counts_together() -> None:
+    ledger = _limited(5)
+    ledger.reserve(HUB, "account-1", 3, now=1001, settles_in=600)
+    ledger.reserve(HUB, "account-1", 1, now=1002, settles_in=600)
+    assert ledger.snapshot(HUB, "account-1", 1003).remaining == 1
+    assert ledger.can_afford(HUB, "account-1", 1, 0, now=1003).allowed
+    assert not ledger.can_afford(HUB, "account-1", 2, 0, now=1003).allowed
+
+
+def test_a_reservation_made_as_the_window_rolls_over_counts_against_the_new_one() -> None:
+    ledger = _rolled()
+    ledger.reserve(HUB, "account-1", 3, now=1060, settles_in=600)  # the first instant of it
+    assert ledger.snapshot(HUB, "account-1", 1060).remaining == 97
+    assert ledger.snapshot(HUB, "account-1", 1119).remaining == 97
+
+
+def test_a_reservation_a_whole_window_old_counts_no_more_once_another_is_made() -> None:
+    ledger = _rolled()
+    ledger.reserve(HUB, "account-1", 3, now=1060, settles_in=600)
+    ledger.reserve(HUB, "account-1", 2, now=1119, settles_in=600)  # same window: both count
+    assert ledger.snapshot(HUB, "account-1", 1119).remaining == 95
+    ledger.reserve(HUB, "account-1", 1, now=1120, settles_in=600)  # the first: a window old
+    assert ledger.snapshot(HUB, "account-1", 1120).remaining == 97

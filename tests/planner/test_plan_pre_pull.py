@@ -297,6 +297,28 @@ def test_not_ready_and_cordoned_nodes_are_skipped_and_named() -> None:
     assert "skipped (not Ready, or cordoned): n2, n3" in status(tick).message
 
 
+def test_nodes_as_the_api_reports_them_are_skipped_only_when_not_ready_or_cordoned() -> None:
+    tick = pre_pulling()
+    healthy = [
+        {"type": "MemoryPressure", "status": "False"},
+        {"type": "DiskPressure", "status": "False"},
+        {"type": "Ready", "status": "True"},
+    ]
+    lost = [*healthy[:2], {"type": "Ready", "status": "Unknown"}]
+    other = [{"names": ["docker.io/library/busybox:1.36"]}]
+    reported = {
+        "n1": {"status": {"conditions": healthy, "images": other}},
+        "n2": {"status": {"conditions": lost, "images": other}},
+        "n3": {"spec": {"unschedulable": True}, "status": {"conditions": healthy, "images": other}},
+    }
+    tick.nodes = NodeInventory(
+        dict(node_images({"metadata": {"name": n}, **obj}) for n, obj in reported.items())
+    )
+    plan = run(tick, [])
+    assert [c.node for c in plan.pod_creates] == ["n1"]
+    assert "skipped (not Ready, or cordoned): n2, n3" in status(tick).message
+
+
 def closed(tick: Tick) -> None:
     """Only Saturdays 02:00-03:00 UTC: the test clock (a Sunday noon) is outside."""
     windows = [{"days": ["Sat"], "start": "02:00", "end": "03:00", "timeZone": "UTC"}]

@@ -26,6 +26,7 @@ from imagerefresh.signatures import (
     parse_public_keys,
     verify,
 )
+from imagerefresh.signatures.bundle import _fingerprint
 
 from support.signing import IN_TOTO_PAYLOAD, TestKey, bundle, bundle_document, key_hint, statement
 
@@ -130,3 +131,56 @@ def test_a_signature_naming_its_key_by_keyid_costs_one_check(checks: list[str]) 
     evidence = bundle(D, document=json.dumps(document).encode())
     assert verify(D, TRACKED, KEYS, bundles=[evidence]).ok
     assert checks == [SIGNER.fingerprint]
+
+
+def _spoiled(hint: str, where: int, junk: str) -> str:
+    return hint[:where] + junk + hint[where:]
+
+
+HINT = key_hint(SIGNER.fingerprint)
+
+
+@pytest.mark.parametrize(
+    "named",
+    [_spoiled(HINT, 8, "!"), _spoiled(HINT, 8, "\n"), " " + HINT, HINT + "*"],
+    ids=["a-bang-inside", "a-newline-inside", "a-leading-space", "a-trailing-star"],
+)
+@pytest.mark.parametrize("where", ["hint", "keyid"])
+def test_a_name_with_characters_outside_base64_names_no_key(
+    checks: list[str], named: str, where: str
+) -> None:
+    # Dropping the strange characters would name the signer; strict decoding names nobody.
+    body = statement(D)
+    document = json.loads(bundle_document(body, [SIGNER.sign(pae(IN_TOTO_PAYLOAD, body))]))
+    if where == "hint":
+        document["verificationMaterial"]["publicKey"]["hint"] = named
+    else:
+        document["dsseEnvelope"]["signatures"][0]["keyid"] = named
+    evidence = bundle(D, document=json.dumps(document).encode())
+    verdict = verify(D, TRACKED, KEYS, bundles=[evidence])
+    assert verdict == Verified(digest=D, key=SIGNER.fingerprint, format="bundle")
+    assert checks == [k.fingerprint for k in LISTED]  # in order: nothing was named
+
+
+@pytest.mark.parametrize(
+    ("named", "fingerprint"),
+    [
+        (HINT, SIGNER.fingerprint),
+        (key_hint("sha256:" + "ab" * 32), "sha256:" + "ab" * 32),
+        (key_hint("sha256:" + "ab" * 31), None),
+        (key_hint("sha256:" + "ab" * 33), None),
+        (key_hint("sha256:" + "ab" * 64), None),
+        ("", None),
+        ("=", None),
+        (_spoiled(HINT, 8, "!"), None),
+        (HINT.rstrip("="), None),
+        (42, None),
+        (None, None),
+    ],
+    ids=["the-signer", "32-bytes", "31-bytes", "33-bytes", "64-bytes", "empty", "padding-only",
+         "a-bang-inside", "unpadded", "a-number", "none"],
+)  # fmt: skip
+def test_a_key_name_is_a_fingerprint_only_when_it_is_strict_base64_of_32_bytes(
+    named: object, fingerprint: str | None
+) -> None:
+    assert _fingerprint(named) == fingerprint
