@@ -327,6 +327,14 @@ def test_a_write_for_a_workload_that_is_not_a_target_of_the_policy_is_refused() 
     assert verdict(stray, tick_input()) == (f"{key('payments')} is not a target of the policy",)
 
 
+def test_a_helper_pod_container_without_an_image_is_refused_as_no_reference() -> None:
+    create = helper(f"{REPO}@{D_NEW}", 1)
+    (container,) = create.manifest["spec"]["containers"]
+    del container["image"]
+    (reason,) = verdict(create, tick_input())
+    assert reason.startswith("'' is not an image reference (")
+
+
 # --- only the guard clears ----------------------------------------------------------------
 
 
