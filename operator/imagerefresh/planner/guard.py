@@ -233,7 +233,7 @@ def _pod_image(image: str, rules: TargetRules, permits: Permits) -> str | None:
     except InvalidReference as error:
         return f"{image!r} is not an image reference ({error})"
     problems = [
-        _image(image, name, rules, permits, rollback=False, helper=True)
+        _image(image, name, rules, permits, helper=True)
         for name, c in rules.containers.items()
         if c.repository == repository
     ]
@@ -250,10 +250,12 @@ def _image(
     rules: TargetRules,
     permits: Permits,
     *,
-    rollback: bool,
+    rollback: bool = False,
     helper: bool = False,
 ) -> str | None:
-    """Why ``image`` must not be written to container ``name``; None when it may."""
+    """Why ``image`` must not be written to container ``name``; None when it may. ``rollback``:
+    it restores what ran (no cooldown, proven to have run); ``helper``: a pre-pull's pull (a
+    digest, never a tag)."""
     container = rules.containers[name]
     try:
         ref = parse(image)
