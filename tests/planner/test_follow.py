@@ -102,3 +102,19 @@ def test_a_forged_refusal_count_waits_at_most_the_interval() -> None:
         minutes=15
     )
     assert owed_retry_at(refused_rollback(0), timedelta(minutes=15)) == T0 + timedelta(seconds=2)
+
+
+def test_a_refused_rollback_listed_first_leaves_the_targets_after_it_followed() -> None:
+    policy = spec(
+        target("a", api=f"{IMAGE}:prod"),
+        target("b", api=f"{IMAGE}:prod"),
+        interval="5m",
+        rolloutTimeout="10m",
+    )
+    owed = TargetStatus(
+        kind="Deployment", namespace=NS, name="a", phase=Phase.REFUSED, pending=refused_rollback(1)
+    )
+    flying = in_flight(policy, PolicyStatus(targets=(owed, status("b", started=timedelta(0)))), NS)
+    assert flying.workloads == {TargetKey("Deployment", NS, "a"), TargetKey("Deployment", NS, "b")}
+    # a is sent again 2 s after its refusal, sooner than b's progress deadline.
+    assert flying.deadline == T0 + timedelta(seconds=2)
