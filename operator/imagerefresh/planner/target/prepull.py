@@ -223,15 +223,13 @@ def _failed(
         f"reset to try again: imagerefresh reset {decision.ctx.policy}; a new digest is "
         f"pre-pulled afresh{note}"
     )
-    return _wait(decision, reasons.PRE_PULL_FAILED, message, warning=True, new=new)
+    return _wait(decision, reasons.PRE_PULL_FAILED, message, new=new)
 
 
-def _wait(
-    decision: Decision, reason: str, message: str, *, warning: bool = True, new: bool = False
-) -> TargetOutcome:
-    """Waiting, with one event when the hold is new (not on every tick it lasts)."""
+def _wait(decision: Decision, reason: str, message: str, *, new: bool = False) -> TargetOutcome:
+    """Waiting, with one Warning when the hold is new (not on every tick it lasts)."""
     if new or decision.previous_phase is not Phase.WAITING or decision.previous_message != message:
-        decision.event("Warning" if warning else "Normal", reason, message)
+        decision.event("Warning", reason, message)
     return decision.finish(Phase.WAITING, message)
 
 
