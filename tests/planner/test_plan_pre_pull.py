@@ -228,6 +228,70 @@ def test_a_node_whose_pull_fails_holds_the_refresh_with_the_kubelet_s_reason_and
     assert status(tick).phase is Phase.WAITING
 
 
+PLAN = f"agent {D0[:19]}… → {D1[:19]}…"
+FAILED_ON_N2 = (
+    f"drift: {PLAN}; the pre-pull failed on node n2: ErrImagePull: ErrImagePull from the node. "
+    "Nothing was patched. Fix what it names (a pull secret, the registry, disk space, an "
+    "admission rule), then reset to try again: imagerefresh reset tracebloc/control-plane; a new "
+    "digest is pre-pulled afresh"
+)
+NOT_ALLOWED = (
+    f"drift: {PLAN}; spec.prePull asks for helper pods, but this operator may not create pods: "
+    "nothing is pulled or patched — install it with the chart value prePull.enabled=true "
+    "(imagerefresh run --pre-pull-pods), or set prePull: false"
+)
+
+
+def pre_pull_events(plan: Any) -> list[tuple[str, str, str]]:
+    return [(e.type, e.reason, e.message) for e in plan.events if e.reason.startswith("PrePull")]
+
+
+def test_a_failed_pre_pull_says_word_for_word_what_to_fix_and_how_to_retry_in_one_warning() -> (
+    None
+):
+    tick = pre_pulling()
+    run(tick, [])
+    plan = run(tick, [helper("n2", waiting="ErrImagePull")])
+    assert status(tick).message == FAILED_ON_N2
+    assert pre_pull_events(plan) == [("Warning", "PrePullFailed", FAILED_ON_N2)]
+
+
+def test_a_reset_answered_at_once_by_a_failed_pull_warns_again_though_the_words_are_the_same() -> (
+    None
+):
+    tick = pre_pulling()
+    run(tick, [])
+    run(tick, [helper("n2", waiting="ErrImagePull")])
+    assert (status(tick).phase, status(tick).message) == (Phase.WAITING, FAILED_ON_N2)
+    tick.reset = "once"
+    # The failed helper is still there when the reset is honoured: the retry fails at once.
+    again = run(tick, [helper("n2", waiting="ErrImagePull")])
+    assert again.pod_creates == ()
+    assert (status(tick).phase, status(tick).message) == (Phase.WAITING, FAILED_ON_N2)
+    assert pre_pull_events(again) == [("Warning", "PrePullFailed", FAILED_ON_N2)]
+
+
+def test_an_operator_without_pod_rights_warns_once_when_it_starts_holding_and_not_every_tick() -> (
+    None
+):
+    tick = pre_pulling()
+    tick.pre_pull_pods = False
+    first = run(tick, None)
+    assert status(tick).message == NOT_ALLOWED
+    assert pre_pull_events(first) == [("Warning", "PrePullNotAllowed", NOT_ALLOWED)]
+    assert pre_pull_events(run(tick, None)) == []  # still held, same words: no second event
+
+
+def test_a_failed_pre_pull_then_an_operator_without_pod_rights_warns_of_the_new_hold() -> None:
+    tick = pre_pulling()
+    run(tick, [])
+    run(tick, [helper("n2", waiting="ErrImagePull")])
+    tick.pre_pull_pods = False  # reinstalled without prePull.enabled: still Waiting, new words
+    plan = run(tick, None)
+    assert (status(tick).phase, status(tick).message) == (Phase.WAITING, NOT_ALLOWED)
+    assert pre_pull_events(plan) == [("Warning", "PrePullNotAllowed", NOT_ALLOWED)]
+
+
 def test_a_failed_pre_pull_starts_afresh_after_a_reset_or_for_a_new_digest() -> None:
     tick = pre_pulling()
     run(tick, [])
