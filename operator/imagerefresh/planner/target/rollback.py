@@ -61,7 +61,7 @@ def send_rollback(
     """Record and plan the rollback of ``pending``: the images it replaced, restored. Returns
     what is restored, or why the rollback may not be sent (its Warning posted, nothing owed:
     :func:`refused_rollback` ends the decision)."""
-    images = _restorable(decision, workload, pending.previous, pending.images)
+    images = _restorable(decision, pending.previous, pending.images)
     if isinstance(images, RollbackRefused):
         _refuse(decision, images)
         return images
@@ -121,7 +121,7 @@ def owe_rollback(decision: Decision, workload: Workload, pending: PendingRefresh
     retry = owed_retry_at(pending, decision.ctx.spec.interval)
     if decision.ctx.follow_up and retry is not None and decision.ctx.now < retry:
         return decision.finish(decision.status.phase, decision.status.message)
-    images = _restorable(decision, workload, pending.images, pending.previous)
+    images = _restorable(decision, pending.images, pending.previous)
     if isinstance(images, RollbackRefused):
         _refuse(decision, images)
         return refused_rollback(decision, images.message)
@@ -151,7 +151,6 @@ def _refuse(decision: Decision, refused: RollbackRefused) -> None:
 
 def _restorable(
     decision: Decision,
-    workload: Workload,
     wanted: dict[str, str],
     replacing: dict[str, str],
 ) -> dict[str, str] | RollbackRefused:
