@@ -598,6 +598,32 @@ def test_a_member_still_rolling_out_rolls_back_too_when_its_peer_fails() -> None
     assert tick.target("jobs-manager").phase is Phase.ROLLING_BACK
 
 
+def test_a_member_whose_rollback_with_its_peers_is_unproven_is_refused_naming_both() -> None:
+    tick = edge()
+    started(tick)
+    tick.revisions[JOBS] = []  # jobs-manager's old ReplicaSet is gone: D1 is proven nowhere
+    failed = [{"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded"}]
+    plan = tick.run(
+        seen(jobs(D2, generation=2), proxy(D2, generation=2, available=0, conditions=failed))
+    )
+    assert patched(plan) == {"requests-proxy": {"proxy": f"{JM_REPO}@{D1}"}}
+    refusal = (
+        f"Deployment tracebloc/jobs-manager is not rolled back: api would go back to "
+        f"{JM_REPO}@{D1}, which no live evidence shows the workload ran (not its previous "
+        "revision's template, nor what its pods run). It stays on what it runs; roll it back by "
+        "hand (kubectl rollout undo), then reset the policy if its status was edited: "
+        "imagerefresh reset tracebloc/control-plane"
+    )
+    refused = tick.target("jobs-manager")
+    assert (refused.phase, refused.pending, refused.refresh_attempts) == (Phase.REFUSED, None, 0)
+    assert refused.message == (
+        f"its lockstep peers on {GROUP} did not all move to {short(D2)}: Deployment "
+        f"tracebloc/requests-proxy (RollingBack); {refusal}"
+    )
+    (event,) = [e for e in plan.events if e.target == JOBS]
+    assert (event.type, event.reason, event.message) == ("Warning", "RollbackNotAllowed", refusal)
+
+
 def test_without_rollback_on_failure_a_peer_failing_rolls_nothing_back() -> None:
     tick = edge(rollbackOnFailure=False)
     started(tick)
