@@ -246,9 +246,7 @@ def pre_pull_events(plan: Any) -> list[tuple[str, str, str]]:
     return [(e.type, e.reason, e.message) for e in plan.events if e.reason.startswith("PrePull")]
 
 
-def test_a_failed_pre_pull_says_word_for_word_what_to_fix_and_how_to_retry_in_one_warning() -> (
-    None
-):
+def test_a_failed_pre_pull_says_word_for_word_what_to_fix_and_how_to_retry_in_one_warning() -> None:
     tick = pre_pulling()
     run(tick, [])
     plan = run(tick, [helper("n2", waiting="ErrImagePull")])
