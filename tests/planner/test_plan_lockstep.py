@@ -17,7 +17,7 @@ from imagerefresh.models import PendingPurpose, Phase
 from imagerefresh.planner import NOTHING_IN_FLIGHT, PatchPurpose, Plan, in_flight
 from imagerefresh.planner.evidence import Resolved, TargetEvidence, TargetKey, Unresolved
 
-from support.ticks import JM, NS, PM, Tick, budget, digest, evidence, key, spec, target
+from support.ticks import JM, NS, PM, RM, Tick, budget, digest, evidence, key, spec, target
 from support.workloads import deployment, pod
 
 D1, D2, D3 = digest(1), digest(2), digest(3)
@@ -960,6 +960,62 @@ def test_a_follow_up_counts_a_catch_up_refreshed_when_the_peer_it_did_not_read_r
     followed = tick.run({JOBS: seen(jobs(D2, generation=2), None)[JOBS]}, follow_up=True)
     assert reasons(followed, JOBS) == ["Refreshed"]
     assert tick.target("jobs-manager").phase is Phase.CURRENT
+
+
+def test_a_catch_up_is_held_when_another_group_rolls_back_the_peer_it_would_join() -> None:
+    """Three groups, decided in rounds: pods-monitor's fails and rolls jobs-manager back; the
+    proxy, held on resource-monitor by the missing metrics, must then not catch up alone on
+    jobs-manager's digest — a group whose members were all decided anew is read again."""
+    rm_repo, r1, r2 = "tracebloc/resource-monitor", digest("r1"), digest("r2")
+    watcher, metrics = key("pods-watcher"), key("metrics")
+    first = (
+        target("jobs-manager", api=JM, **{"pods-monitor-container": PM}),
+        target("pods-watcher", watch=PM),
+    )
+    tick = Tick(spec(*first, lockstep=True, healthyFor="0s"))
+    tick.run(
+        {
+            JOBS: evidence(jobs(D1), digests={"api": D2, "pods-monitor-container": P2}),
+            watcher: evidence(
+                deployment("pods-watcher", {"watch": f"{PM_REPO}@{P1}"}), digests={"watch": P2}
+            ),
+        },
+        advance=timedelta(seconds=10),
+    )
+    tick.spec = spec(
+        *first,
+        target("requests-proxy", proxy=JM, agent=RM),
+        target("metrics", monitor=RM),
+        lockstep=True,
+        healthyFor="0s",
+    )
+    failed = [{"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded"}]
+    watching = deployment(
+        "pods-watcher", {"watch": f"{PM_REPO}@{P2}"}, generation=2, available=0, conditions=failed
+    )
+    behind = deployment("requests-proxy", {"proxy": f"{JM_REPO}@{D1}", "agent": f"{rm_repo}@{r1}"})
+    plan = tick.run(
+        {
+            JOBS: evidence(
+                jobs(D2, P2, generation=2, available=0),
+                digests={"api": D2, "pods-monitor-container": P2},
+            ),
+            watcher: evidence(watching, digests={"watch": P2}),
+            PROXY: evidence(behind, digests={"proxy": D2, "agent": r2}),
+            metrics: evidence(None, digests={"monitor": r2}),
+        }
+    )
+    assert patched(plan) == {
+        "jobs-manager": {"api": f"{JM_REPO}@{D1}", "pods-monitor-container": f"{PM_REPO}@{P1}"},
+        "pods-watcher": {"watch": f"{PM_REPO}@{P1}"},
+    }
+    held = tick.target("requests-proxy")
+    assert (held.phase, held.pending) == (Phase.WAITING, None)
+    assert held.message.endswith(
+        f"; lockstep: {GROUP} moves together, and Deployment tracebloc/jobs-manager "
+        "(RollingBack) cannot refresh now; the refresh starts when every target tracking it can"
+    )
+    assert reasons(plan, PROXY) == ["LockstepWaiting"]
 
 
 def test_a_member_locked_mid_rollout_rolls_back_with_its_peers_and_stays_locked() -> None:
