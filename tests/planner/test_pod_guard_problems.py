@@ -164,6 +164,14 @@ REFUSED: dict[str, tuple[Callable[[Pod], None], tuple[str, ...]]] = {
         lambda p: spec(p).update(hostNetwork="true"),
         ("its hostNetwork is not a boolean",),
     ),
+    "a hostNetwork of 1": (
+        lambda p: spec(p).update(hostNetwork=1),
+        ("its hostNetwork is not a boolean",),
+    ),
+    "a hostNetwork of 0": (
+        lambda p: spec(p).update(hostNetwork=0),
+        ("its hostNetwork is not a boolean",),
+    ),
     "an fsGroup": (
         lambda p: spec(p)["securityContext"].update(fsGroup=0),
         ("its pod security context is not the restricted one",),
