@@ -161,7 +161,7 @@ def _spec(problems: list[str], spec: Mapping[str, Any]) -> None:
         problems.append("it would mount a service account token")
     if spec.get("enableServiceLinks") is not False:
         problems.append("its service links are on")
-    if spec.get("hostNetwork", False) not in (True, False):
+    if not isinstance(spec.get("hostNetwork", False), bool):
         problems.append("its hostNetwork is not a boolean")
     security = _mapping(spec.get("securityContext"))
     if (
