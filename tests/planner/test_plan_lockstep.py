@@ -962,6 +962,69 @@ def test_a_follow_up_counts_a_catch_up_refreshed_when_the_peer_it_did_not_read_r
     assert tick.target("jobs-manager").phase is Phase.CURRENT
 
 
+def grown() -> Tick:
+    """jobs-manager alone starts its refresh to D2 (no group yet); then requests-proxy, on the
+    same tag, is added to the spec: a follow-up has no status for it and does not read it."""
+    tick = edge()
+    tick.spec = spec(
+        target("jobs-manager", api=JM, **{"pods-monitor-container": PM}),
+        lockstep=True,
+        healthyFor="0s",
+    )
+    plan = tick.run({JOBS: seen(jobs(D1), None)[JOBS]}, advance=timedelta(seconds=10))
+    assert patched(plan) == {"jobs-manager": {"api": f"{JM_REPO}@{D2}"}}
+    tick.spec, tick.generation = edge().spec, 2
+    return tick
+
+
+def statused(tick: Tick) -> list[str]:
+    return [t.name for t in tick.status.targets]
+
+
+def test_a_follow_up_judges_a_rollout_in_flight_when_a_peer_was_added_to_the_spec() -> None:
+    tick = grown()
+    followed = tick.run(
+        {JOBS: seen(jobs(D2, generation=2, available=0), None)[JOBS]}, follow_up=True
+    )
+    assert followed.patches == ()
+    assert tick.target("jobs-manager").phase is Phase.REFRESHING
+    assert tick.target("jobs-manager").pending.settled_at is None
+    # The new member is not read by a follow-up: it waits, without a status, for a full tick.
+    assert statused(tick) == ["jobs-manager"]
+
+
+def test_a_follow_up_holds_a_success_for_a_peer_added_to_the_spec_and_never_decided() -> None:
+    tick = grown()
+    followed = tick.run({JOBS: seen(jobs(D2, generation=2), None)[JOBS]}, follow_up=True)
+    assert followed.patches == ()
+    assert "Refreshed" not in reasons(followed)
+    assert statused(tick) == ["jobs-manager"]
+    held = tick.target("jobs-manager")
+    assert held.phase is Phase.REFRESHING
+    assert held.pending.settled_at is not None
+    assert held.message == (
+        f"our refresh rolled out; its lockstep peers on {GROUP} have not all settled on "
+        f"{short(D2)}: Deployment tracebloc/requests-proxy (not yet decided): it counts as "
+        "refreshed once they have"
+    )
+    # The next full tick reads the new member: behind, it joins the refresh in flight.
+    joined = tick.run(seen(jobs(D2, generation=2), proxy(D1)))
+    assert patched(joined) == {"requests-proxy": {"proxy": f"{JM_REPO}@{D2}"}}
+    assert tick.target("jobs-manager").phase is Phase.REFRESHING
+    done = tick.run(seen(jobs(D2, generation=2), proxy(D2, generation=2)))
+    assert reasons(done).count("Refreshed") == 2
+
+
+def test_a_follow_up_rolls_back_a_failed_rollout_whatever_the_peer_added_to_the_spec() -> None:
+    tick = grown()
+    failed = [{"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded"}]
+    rolling = jobs(D2, generation=2, available=0, conditions=failed)
+    plan = tick.run({JOBS: seen(rolling, None)[JOBS]}, follow_up=True)
+    assert patched(plan) == {"jobs-manager": {"api": f"{JM_REPO}@{D1}"}}
+    assert tick.target("jobs-manager").phase is Phase.ROLLING_BACK
+    assert statused(tick) == ["jobs-manager"]
+
+
 def test_a_catch_up_is_held_when_another_group_rolls_back_the_peer_it_would_join() -> None:
     """Three groups, decided in rounds: pods-monitor's fails and rolls jobs-manager back; the
     proxy, held on resource-monitor by the missing metrics, must then not catch up alone on

@@ -19,7 +19,9 @@ targets are decided again with, until the orders stop changing:
   is known not to run it (its patch refused, its workload gone), every other one that moved is
   rolled back to the images it replaced — without counting an attempt against it: the attempt
   is the failing member's. A member whose evidence could not be read is unknown: the others
-  hold, they are never rolled back on unreadable evidence.
+  hold, they are never rolled back on unreadable evidence. So is a member a follow-up tick
+  never decided and has no status for (added to the spec since the last tick): it has no phase
+  yet, and is named "not yet decided" until a tick that reads every target decides it.
 
 Orders only ever grow (a hold, a success held, a rollback; the first reason given stays), so
 the iteration ends; its bound is the number of orders there can be. Each round decides again
@@ -92,6 +94,9 @@ class LockstepReport:
 
 
 NO_REPORT = LockstepReport()
+# A member no decision speaks for yet (a follow-up's target new in the spec): not decided.
+_UNSEEN = LockstepReport(decided=False)
+_UNSEEN_PHASE = "not yet decided"
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,18 +182,22 @@ class Member:
 
     key: TargetKey
     containers: tuple[str, ...]
-    status: TargetStatus
+    status: TargetStatus | None  # None: never decided (new in the spec, a follow-up tick)
     report: LockstepReport
     orders: LockstepOrders
     digests: Mapping[str, DigestOutcome]  # what its containers' tags resolved to this tick
 
     @property
     def label(self) -> str:
-        return f"{self.key} ({self.status.phase})"
+        phase = self.status.phase if self.status is not None else _UNSEEN_PHASE
+        return f"{self.key} ({phase})"
 
     def moving(self) -> str | None:
         """The digest a refresh of ours in flight moves this member's containers to."""
-        pending = self.report.judged.pending if self.report.judged else self.status.pending
+        if self.report.judged is not None:
+            pending: PendingRefresh | None = self.report.judged.pending
+        else:
+            pending = self.status.pending if self.status is not None else None
         if pending is None or pending.purpose is not PendingPurpose.REFRESH:
             return None
         # Containers the refresh did not need to move (already pinned) are not in it, and those
@@ -225,11 +234,12 @@ class Member:
         """Whether the template pins ``digest`` (or its pods run it): None when unknowable.
 
         Unknowable: its evidence was unreadable, or a follow-up tick did not read it — such a
-        member would have started to ``digest`` at an interval tick, so it is not behind yet.
+        member would have started to ``digest`` at an interval tick, so it is not behind yet;
+        one never decided (added to the spec since, no status yet) is read at the next one.
         """
-        if self.status.phase is Phase.ERROR:
+        if self.status is not None and self.status.phase is Phase.ERROR:
             return None
-        by_name = {c.name: c for c in self.status.containers}
+        by_name = {c.name: c for c in self.status.containers} if self.status is not None else {}
         runs = all(self._runs(by_name.get(name), digest) for name in self.containers)
         return runs if runs or self.report.decided else None
 
@@ -325,6 +335,19 @@ def _start_orders(group: Group, members: list[Member]) -> dict[TargetKey, Lockst
     }
 
 
+def _member(
+    key: TargetKey,
+    names: tuple[str, ...],
+    decided: Mapping[TargetKey, tuple[TargetStatus, LockstepReport]],
+    digests: Mapping[TargetKey, Mapping[str, DigestOutcome]],
+    orders: Mapping[TargetKey, LockstepOrders],
+) -> Member:
+    """``key``'s member of a group; one never decided (no status yet) is unknown."""
+    found = decided.get(key)
+    status, report = found if found is not None else (None, _UNSEEN)
+    return Member(key, names, status, report, orders.get(key, NO_ORDERS), digests[key])
+
+
 def lockstep_orders(
     groups: Iterable[Group],
     decided: Mapping[TargetKey, tuple[TargetStatus, LockstepReport]],
@@ -334,7 +357,9 @@ def lockstep_orders(
 ) -> dict[TargetKey, LockstepOrders]:
     """``orders`` with whatever the groups ask of this round's decisions (``decided``).
 
-    ``decided`` and ``digests`` (what each target's containers resolved to) hold every target.
+    ``digests`` (what each target's containers resolved to) holds every target; ``decided``
+    every one but those a follow-up tick neither decides nor has a status for (added to the
+    spec since the last tick): such a member is unknown, as one a follow-up did not read is.
     ``touched``: the targets decided anew since ``orders`` were last asked for (None: all).
     A group none of whose members was decided anew asks nothing new — what it asked before is
     in ``orders`` already, and orders only grow — so only the others are read again.
@@ -344,8 +369,7 @@ def lockstep_orders(
         if touched is not None and not any(key in touched for key in group.members):
             continue
         members = [
-            Member(key, names, *decided[key], orders.get(key, NO_ORDERS), digests[key])
-            for key, names in group.members.items()
+            _member(key, names, decided, digests, orders) for key, names in group.members.items()
         ]
         # Verdicts hold successes and roll back, starts hold containers: each merged in turn.
         found = [*_verdict_orders(group, members).items(), *_start_orders(group, members).items()]

@@ -194,7 +194,8 @@ class _Targets:
         self.digests = {key: tick.evidence.get(key, NOT_READ).digests for key in self.keys}
         self.orders: dict[TargetKey, LockstepOrders] = {}
         self.decisions = 0
-        # By spec index; None for a target a follow-up does not decide and has no status for.
+        # By spec index; None for a target a follow-up does not decide and has no status for
+        # (left out of decided(): lockstep counts such a member unknown, see .lockstep).
         self.outcomes: list[TargetOutcome | None] = [
             self._decide(index) for index in range(len(self.keys))
         ]
