@@ -414,3 +414,25 @@ def test_with_lockstep_a_reference_moves_in_every_target_tracking_it_or_in_none(
                     or flying
                     or _on(statuses[name], container, wanted)
                 ), (name, container, statuses[name].phase, statuses[name].message)
+
+
+@SETTINGS
+@given(scenario(), st.data())
+def test_a_follow_up_never_raises_on_lockstep_targets_added_since_the_last_tick(
+    case: tuple[TickInput, dict[str, Any]], data: st.DataObject
+) -> None:
+    tick = case[0]
+    statuses = tick.policy.status.targets
+    # The targets whose status is dropped were added to the spec since the last tick.
+    kept = tuple(s for s in statuses if data.draw(st.booleans(), label=f"{s.name} seen before"))
+    view = replace(
+        tick.policy,
+        spec=tick.policy.spec.model_copy(update={"lockstep": True}),
+        status=tick.policy.status.model_copy(update={"targets": kept}),
+    )
+    # A follow-up reads only the rollouts in flight.
+    flying = {key(s.name) for s in kept if s.pending is not None}
+    evidences = {k: found for k, found in tick.evidence.items() if k in flying}
+    plan = plan_tick(replace(tick, policy=view, evidence=evidences, follow_up=True))
+    # It decides no target it never saw: each waits, without a status, for a full tick.
+    assert [t.name for t in plan.status.targets] == [t.name for t in kept]
