@@ -152,6 +152,34 @@ def rolled_back(status: Any, attempts: int = 1) -> bool:
     )
 
 
+def watching() -> str:
+    """The Refreshing message while jobs-manager's window runs."""
+    return (
+        f"our refresh rolled out; watching its pods until {format_timestamp(END)} (healthyFor "
+        "1m0s): a container of the new build that restarts or crash-loops by then fails the "
+        "refresh"
+    )
+
+
+def crash_message(what: str, when: datetime, where: str = "pod jm-new on node node-a") -> str:
+    """jobs-manager's status message once a crash of ``api`` inside its window failed it."""
+    return (
+        "refresh failed (attempt 1 of 3): the new build crashed within its health window "
+        f"(healthyFor 1m0s, until {format_timestamp(END)}): container api ({D2[:19]}…) in "
+        f"{where} {what} at {format_timestamp(when)}; rolling back"
+    )
+
+
+def assert_healthy(status: Any, judged: datetime) -> None:
+    """Not failed: still watched inside the window, a success from its end on."""
+    assert (status.refresh_attempts, status.failed) == (0, ()), status.message
+    if judged >= END:
+        assert (status.phase, status.pending) == (Phase.CURRENT, None), status.message
+        assert status.message == "running the desired digests"
+    else:
+        assert (status.phase, status.message) == (Phase.REFRESHING, watching())
+
+
 # --- the window ------------------------------------------------------------------------------
 
 
@@ -186,14 +214,26 @@ def test_a_refresh_healthy_through_its_window_succeeds_at_its_end_not_a_second_b
 @pytest.mark.parametrize(
     ("crash", "judged", "verdict"),
     [
+        (T0, SETTLED + SECOND, "failed"),  # the instant of the patch: the window's first
         (T0 + SECOND, SETTLED, "failed"),  # while it rolled out: counted from the patch
-        (SETTLED, SETTLED + SECOND, "failed"),  # the instant the window starts
+        (SETTLED, SETTLED + SECOND, "failed"),  # the instant the rollout settled
         (END - SECOND, END - SECOND, "failed"),  # a second before its end
         (END - SECOND, END, "failed"),  # seen only at the end
         (END - SECOND, END + 5 * SECOND, "failed"),  # seen only after the end: still inside
         (END, END, "failed"),  # at its end: the end is inside
         (END + SECOND, END + SECOND, "healthy"),  # a second after: not the refresh's
-        (T0 - SECOND, SETTLED + SECOND, "healthy"),  # before the refresh started
+        (T0 - SECOND, SETTLED + SECOND, "healthy"),  # a second before the refresh started
+    ],
+    ids=[
+        "at-the-patch",
+        "while-rolling-out",
+        "at-settling",
+        "a-second-before-the-end",
+        "seen-at-the-end",
+        "seen-after-the-end",
+        "at-the-end",
+        "a-second-after-the-end",
+        "a-second-before-the-patch",
     ],
 )
 def test_a_restart_of_the_new_build_fails_the_refresh_only_inside_the_window(
@@ -201,18 +241,17 @@ def test_a_restart_of_the_new_build_fails_the_refresh_only_inside_the_window(
 ) -> None:
     tick = refreshed()
     pod = crashed(crash)
-    if crash < T0:
-        pod["metadata"]["creationTimestamp"] = format_timestamp(T0 - 60 * SECOND)
+    if crash <= T0:  # a pod that restarted at (or before) the patch was created before it
+        pod["metadata"]["creationTimestamp"] = format_timestamp(crash - 60 * SECOND)
     status = at(tick, judged, jobs(D2), [pod])
     if verdict == "failed":
         assert rolled_back(status), status.message
+        assert status.message == crash_message("restarted after exit code 1 (Error)", crash)
         assert [b.digest for b in status.failed] == [D2]
         assert reasons(tick.last_plan) == ["RefreshFailed"]
     else:
-        assert status.phase in (Phase.CURRENT, Phase.REFRESHING), status.message
-        assert (status.refresh_attempts, status.failed) == (0, ())
-        if judged >= END:
-            assert status.phase is Phase.CURRENT
+        assert_healthy(status, judged)
+        assert reasons(tick.last_plan) == (["Refreshed"] if judged >= END else [])
 
 
 def test_the_failure_names_the_container_the_pod_the_node_what_the_kubelet_said_and_when() -> None:
@@ -262,6 +301,159 @@ def test_a_crash_loop_back_off_or_an_ended_instance_is_a_crash_too() -> None:
     status = at(refreshed(), SETTLED + 6 * SECOND, jobs(D2), [just_ended])
     assert rolled_back(status)  # a long-running container that exits, even 0, restarts
     assert "ended with exit code 0 (Completed)" in status.message
+
+
+# --- what the kubelet reported, and when it can have been ------------------------------------
+
+CREATED = T0 + 2 * SECOND  # when a_pod's pods were created
+
+
+def terminated(**fields: Any) -> Json:
+    """A ``terminated`` state as given: a kubelet may leave out its code, reason or times."""
+    times = {k: format_timestamp(v) for k, v in fields.items() if isinstance(v, datetime)}
+    return {"terminated": {**fields, **times}}
+
+
+BACKING_OFF: Json = {"waiting": {"reason": "CrashLoopBackOff"}}
+
+
+@pytest.mark.parametrize(
+    ("reported", "node", "judged", "verdict"),
+    [
+        (  # a pod the API gives no node: the message names none
+            {"restarts": 1, "last": ended(1, SETTLED + 5 * SECOND), "since": SETTLED + 6 * SECOND},
+            "",
+            SETTLED + 7 * SECOND,
+            ("restarted after exit code 1 (Error)", SETTLED + 5 * SECOND),
+        ),
+        (
+            {
+                "restarts": 1,
+                "last": terminated(reason="Error", finishedAt=SETTLED + 5 * SECOND),
+                "since": SETTLED + 6 * SECOND,
+            },
+            "node-a",
+            SETTLED + 7 * SECOND,
+            ("restarted after no exit code (Error)", SETTLED + 5 * SECOND),
+        ),
+        (
+            {
+                "restarts": 1,
+                "last": terminated(exitCode=2, finishedAt=SETTLED + 5 * SECOND),
+                "since": SETTLED + 6 * SECOND,
+            },
+            "node-a",
+            SETTLED + 7 * SECOND,
+            ("restarted after exit code 2", SETTLED + 5 * SECOND),
+        ),
+        (  # a long-running container that exits 0 was restarted all the same
+            {
+                "restarts": 1,
+                "last": ended(0, SETTLED + 5 * SECOND, "Completed"),
+                "since": SETTLED + 6 * SECOND,
+            },
+            "node-a",
+            SETTLED + 7 * SECOND,
+            ("restarted after exit code 0 (Completed)", SETTLED + 5 * SECOND),
+        ),
+        (  # no time: after the pod's creation, before the instance now running started
+            {
+                "restarts": 1,
+                "last": terminated(exitCode=1, reason="Error"),
+                "since": SETTLED + 20 * SECOND,
+            },
+            "node-a",
+            END + 5 * SECOND,
+            ("restarted after exit code 1 (Error)", CREATED),
+        ),
+        (  # known only by its count, bounded by the instance now running
+            {"restarts": 1, "since": SETTLED + 30 * SECOND},
+            "node-a",
+            END + 5 * SECOND,
+            ("restarted 1 time(s)", CREATED),
+        ),
+        (  # known only by its count, bounded by the start of the instance that ended since
+            {
+                "restarts": 1,
+                "state": terminated(
+                    exitCode=1,
+                    reason="Error",
+                    startedAt=SETTLED + 30 * SECOND,
+                    finishedAt=END + SECOND,
+                ),
+            },
+            "node-a",
+            END + 2 * SECOND,
+            ("restarted 1 time(s)", CREATED),
+        ),
+        (  # the latest restart came after the end, the one before it inside
+            {
+                "restarts": 2,
+                "last": ended(1, END + SECOND, started=END - 10 * SECOND),
+                "since": END + 2 * SECOND,
+            },
+            "node-a",
+            END + 3 * SECOND,
+            ("restarted 2 time(s)", CREATED),
+        ),
+        (  # its only restart came after the end: backing off since is not the refresh's
+            {
+                "restarts": 1,
+                "last": ended(1, END + SECOND, started=SETTLED + 30 * SECOND),
+                "state": BACKING_OFF,
+            },
+            "node-a",
+            END + 3 * SECOND,
+            None,
+        ),
+        (  # backing off before a restart was counted: it ended at least once
+            {"restarts": 0, "state": BACKING_OFF},
+            "node-a",
+            SETTLED + 5 * SECOND,
+            ("restarted 0 time(s)", CREATED),
+        ),
+        (  # ended inside, seen only after the end
+            {"state": ended(1, END - SECOND, started=SETTLED + SECOND)},
+            "node-a",
+            END + 5 * SECOND,
+            ("ended with exit code 1 (Error)", END - SECOND),
+        ),
+        (  # ended, no time given: after the pod's creation, before now
+            {"state": terminated(exitCode=1, reason="Error")},
+            "node-a",
+            SETTLED + 6 * SECOND,
+            ("ended with exit code 1 (Error)", CREATED),
+        ),
+    ],
+    ids=[
+        "no-node",
+        "no-exit-code",
+        "no-reason",
+        "exit-0-restarted",
+        "last-without-times-seen-after-the-end",
+        "count-only-seen-after-the-end",
+        "count-only-while-ended-after-the-end",
+        "two-restarts-the-latest-after-the-end",
+        "backing-off-after-a-restart-after-the-end",
+        "backing-off-before-a-restart-counted",
+        "ended-inside-seen-after-the-end",
+        "ended-without-times",
+    ],
+)
+def test_the_failure_says_what_the_kubelet_reported_and_the_earliest_it_can_have_been(
+    reported: Json, node: str, judged: datetime, verdict: tuple[str, datetime] | None
+) -> None:
+    tick = refreshed()
+    pod = a_pod("jm-new", container("api", ran(D2), **reported), node=node)
+    status = at(tick, judged, jobs(D2), [pod])
+    if verdict is None:
+        assert_healthy(status, judged)
+        return
+    what, when = verdict
+    where = "pod jm-new on node node-a" if node else "pod jm-new"
+    assert rolled_back(status), status.message
+    assert status.message == crash_message(what, when, where)
+    assert reasons(tick.last_plan) == ["RefreshFailed"]
 
 
 # --- what is not the new build's crash -------------------------------------------------------
@@ -551,6 +743,31 @@ def test_a_daemonset_agent_crash_looping_on_any_one_node_fails_the_refresh_namin
     assert [b.digest for b in status.failed] == [D2]
     assert status.message.endswith("; crashing on node(s) node-b; rolling back")
     assert "in pod agent-node-b on node node-b" in status.message
+
+
+def test_a_daemonset_crashing_on_two_nodes_names_the_first_crash_and_both_nodes() -> None:
+    tick = HealthTick(spec(target("resource-monitor", "DaemonSet", AGENTS, monitor=RM)))
+    tick.run({MONITOR: evidence(agents(D1, 1), digests={"monitor": D2})}, advance=timedelta(0))
+    tick.now = SETTLED
+    pods = [agent(n) for n in ("node-a", "node-b", "node-c")]
+    tick.run(
+        {MONITOR: evidence(agents(D2, 2), pods, digests={"monitor": D2})}, advance=timedelta(0)
+    )
+    first, second = SETTLED + 12 * SECOND, SETTLED + 20 * SECOND
+    pods[0] = agent("node-a", restarts=1, last=ended(1, second), since=second + SECOND)
+    pods[2] = agent("node-c", restarts=1, last=ended(1, first), since=first + SECOND)
+    tick.now = SETTLED + 21 * SECOND
+    tick.run(
+        {MONITOR: evidence(agents(D2, 2), pods, digests={"monitor": D2})}, advance=timedelta(0)
+    )
+    status = tick.target("resource-monitor", "DaemonSet", AGENTS)
+    assert rolled_back(status)
+    assert status.message == (
+        "refresh failed (attempt 1 of 3): the new build crashed within its health window "
+        f"(healthyFor 1m0s, until {format_timestamp(END)}): container monitor ({D2[:19]}…) in "
+        "pod agent-node-c on node node-c restarted after exit code 1 (Error) at "
+        f"{format_timestamp(first)} (and 1 more); crashing on node(s) node-a, node-c; rolling back"
+    )
 
 
 def test_a_daemonset_whose_agents_stay_up_on_every_node_is_current_at_the_window_s_end() -> None:
