@@ -118,3 +118,31 @@ def test_a_refused_rollback_listed_first_leaves_the_targets_after_it_followed() 
     assert flying.workloads == {TargetKey("Deployment", NS, "a"), TargetKey("Deployment", NS, "b")}
     # a is sent again 2 s after its refusal, sooner than b's progress deadline.
     assert flying.deadline == T0 + timedelta(seconds=2)
+
+
+def test_a_settled_refresh_s_pods_are_followed_until_its_window_ends_and_not_from_then() -> None:
+    """a settled at T0 with a window of 1m (a success held for a lockstep peer once it ends),
+    listed before b, which still rolls out."""
+    policy = spec(
+        target("a", api=f"{IMAGE}:prod"),
+        target("b", api=f"{IMAGE}:prod"),
+        healthyFor="1m",
+        rolloutTimeout="10m",
+    )
+    rolled_out = status("a", started=timedelta(seconds=-10))
+    assert rolled_out.pending is not None
+    settled = rolled_out.model_copy(
+        update={"pending": rolled_out.pending.model_copy(update={"settled_at": T0})}
+    )
+    policy_status = PolicyStatus(targets=(settled, status("b", started=timedelta(0))))
+    both = {TargetKey("Deployment", NS, "a"), TargetKey("Deployment", NS, "b")}
+    rolling = T0 + timedelta(minutes=10, seconds=1)  # b's progress deadline
+    window = T0 + timedelta(minutes=1, milliseconds=100)  # just after a's window ends
+    for now, pods, deadline in [
+        (None, both, window),
+        (T0 + timedelta(seconds=59), both, window),
+        (T0 + timedelta(minutes=1), {TargetKey("Deployment", NS, "b")}, rolling),  # its end
+        (T0 + timedelta(minutes=1, seconds=1), {TargetKey("Deployment", NS, "b")}, rolling),
+    ]:
+        flying = in_flight(policy, policy_status, NS, now)
+        assert (flying.workloads, flying.pods, flying.deadline) == (both, pods, deadline), now
