@@ -410,7 +410,7 @@ BACKING_OFF: Json = {"waiting": {"reason": "CrashLoopBackOff"}}
             {"restarts": 0, "state": BACKING_OFF},
             "node-a",
             SETTLED + 5 * SECOND,
-            ("restarted 0 time(s)", CREATED),
+            ("backs off (CrashLoopBackOff)", CREATED),
         ),
         (  # ended inside, seen only after the end
             {"state": ended(1, END - SECOND, started=SETTLED + SECOND)},

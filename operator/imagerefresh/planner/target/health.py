@@ -129,7 +129,8 @@ def _ends(pod: ObservedPod, health: ContainerHealth, now: datetime) -> Iterator[
         earlier = 1  # backing off means it ended at least once
     if earlier > 0:
         before = (last.started if last is not None else None) or current or now
-        yield (created, before, f"restarted {health.restarts} time(s)")
+        counted = f"restarted {health.restarts} time(s)"
+        yield (created, before, counted if health.restarts else f"backs off ({health.waiting})")
 
 
 def crashes(
