@@ -99,10 +99,15 @@ async def _caught_up(ticker: PolicyTicker, cluster: Cluster, key: TargetKey) -> 
     last status): a tick on it then judges what ``kubectl rollout status`` saw."""
 
     def held() -> bool:
-        stored = cluster.get("deployment", key.name, "-n", key.namespace)["metadata"]
-        return ticker.watches is not None and ticker.watches.version(key) == str(
-            stored["resourceVersion"]
+        # The API server's version is read again each time: a controller's status write after
+        # the rollout settled moves it on, and the copy then has to catch up with that one.
+        stored = str(
+            cluster.get("deployment", key.name, "-n", key.namespace)["metadata"]["resourceVersion"]
         )
+        assert ticker.watches is not None
+        copied = ticker.watches.version(key)
+        assert copied == stored, f"the copy holds version {copied!r}, the API server {stored!r}"
+        return True
 
     await asyncio.to_thread(eventually, held, what="the copy to catch up", timeout=30)
 
@@ -236,6 +241,9 @@ async def test_a_change_behind_a_lagging_copy_fails_the_patch_s_precondition_and
     key = TargetKey(WorkloadKind.DEPLOYMENT, ns, "app")
     with _ticker(api, registry) as ticker:
         await _schema_ready(ticker)
+        # The copy is held while the test pushes and ticks, which takes what the machine takes;
+        # held, it hears nothing, so its silence is measured on a clock that stands still.
+        _freeze_silence(ticker, [0.0])
         await ticker.tick(ns, POLICY)
         await asyncio.to_thread(
             eventually, lambda: _synced(ticker, key), what="the copies", timeout=30
@@ -264,13 +272,7 @@ async def test_a_change_behind_a_lagging_copy_fails_the_patch_s_precondition_and
         assert "nothing was overwritten" in target_status(cluster, ns, "app")["message"]
         copy.release()
         await asyncio.to_thread(cluster.kubectl, "rollout", "status", "-n", ns, "deployment/app")
-        stored = cluster.get("deployment", "app", "-n", ns)["metadata"]["resourceVersion"]
-        await asyncio.to_thread(
-            eventually,
-            lambda: copy.version_of("app") == stored,
-            what="the copy to catch up with the hotfix's settled rollout",
-            timeout=30,
-        )
+        await _caught_up(ticker, cluster, key)  # with the hotfix's settled rollout
         fresh = await ticker.tick(ns, POLICY)
         assert fresh is not None
         assert fresh.applied is not None
