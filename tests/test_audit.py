@@ -57,6 +57,10 @@ def workload(
 
 
 CONTROL_PLANE = policy("control-plane", target("jobs-manager", api=JM))
+# An unreadable policy that still claims jobs-manager's api container.
+BROKEN_CLAIMING_API = AuditedPolicy(
+    "tracebloc", "broken", None, "bad", (("Deployment", "tracebloc", "jobs-manager", "api"),)
+)
 
 
 def kinds(findings: list[Finding]) -> list[tuple[str, str, str]]:
@@ -509,13 +513,7 @@ REACH_CASES = [
     pytest.param(
         [
             CONTROL_PLANE,
-            AuditedPolicy(
-                "tracebloc",
-                "broken",
-                None,
-                "bad",
-                (("Deployment", "tracebloc", "jobs-manager", "api"),),
-            ),
+            BROKEN_CLAIMING_API,
         ],
         None,
         None,
@@ -601,13 +599,7 @@ def test_the_default_reach_is_the_policys_own_namespace() -> None:
         (
             [
                 CONTROL_PLANE,
-                AuditedPolicy(
-                    "tracebloc",
-                    "broken",
-                    None,
-                    "bad",
-                    (("Deployment", "tracebloc", "jobs-manager", "api"),),
-                ),
+                BROKEN_CLAIMING_API,
             ],
             "container 'api' is declared by policy tracebloc/control-plane and by "
             "tracebloc/broken, so this target is never refreshed; one container, one policy: "
