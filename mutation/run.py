@@ -419,7 +419,7 @@ def answer(mutants: list[Mutant], equivalents: list[Equivalent]) -> list[Equival
                 entry.matched.append(mutant)
                 mutant.answer = entry.reason
     for entry in equivalents:
-        if any(m.status == "killed" for m in entry.matched):
+        if any(m.status in ("killed", "timeout") for m in entry.matched):
             wrong.append(entry)
     return wrong
 
@@ -532,6 +532,11 @@ def pragmas_without_reason(source_root: Path) -> list[str]:
 # --- the report ------------------------------------------------------------------------------
 
 
+# What a verdict settles: a kill (a timeout is one: the tests noticed, by never ending), or
+# nothing run yet. Every other status is a survivor to answer.
+_DECIDED = ("killed", "timeout", "not checked")
+
+
 def report(
     mutants: list[Mutant],
     equivalents: list[Equivalent],
@@ -544,7 +549,7 @@ def report(
     for mutant in mutants:
         counts = by_module.setdefault(mutant.module, Counter())
         counts[mutant.status] += 1
-        if mutant.answer and mutant.status != "killed":
+        if mutant.answer and mutant.status not in _DECIDED:
             counts["equivalent"] += 1
     header = f"{'module':38} {'mutants':>7} {'killed':>6} {'surv.':>5} {'equiv.':>6} {'other':>5}"
     header += f" {'score':>6}"
@@ -556,7 +561,7 @@ def report(
         lines.append(_row(module, counts))
     lines.append(_row("all", totals))
 
-    unanswered = [m for m in mutants if m.status not in ("killed", "not checked") and not m.answer]
+    unanswered = [m for m in mutants if m.status not in _DECIDED and not m.answer]
     lines += ["", f"Survivors without an answer: {len(unanswered)}"]
     for mutant in sorted(unanswered, key=lambda m: (m.module, m.line)):
         label = "" if mutant.status == "survived" else f" [{mutant.status}]"
@@ -564,6 +569,13 @@ def report(
             f"  {mutant.module}:{mutant.line} {mutant.function}{label}\n"
             f"      - {mutant.original}\n      + {mutant.mutated}"
         )
+    timeouts = sorted(m.name for m in mutants if m.status == "timeout")
+    if timeouts:
+        lines.append(
+            f"\nTimed out, counted as killed: {len(timeouts)} (a loaded machine can time out a "
+            "survivor: retest each with --only NAME on an idle one)"
+        )
+        lines += [f"  {name}" for name in timeouts]
     unchecked = sum(1 for m in mutants if m.status == "not checked")
     if unchecked:
         lines.append(f"\nNot checked yet (run interrupted?): {unchecked}")
