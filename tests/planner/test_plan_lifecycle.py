@@ -236,13 +236,18 @@ def test_a_landed_pin_reverted_to_the_tag_counts_a_contest_naming_the_writer_unt
 def test_a_revert_seen_while_its_rollout_still_rolls_is_counted_once_not_again_at_the_re_pin() -> (
     None
 ):
-    tick = Tick(spec(target("jobs-manager", api=JM), maxRefreshAttempts=5))
+    tick = Tick(spec(target("jobs-manager", api=JM), maxRefreshAttempts=5, healthyFor="0s"))
     tick.run({JOBS: evidence(settled(f"{JM_REPO}@{D1}"), digests={"api": D2})})
-    tick.run({JOBS: evidence(settled(f"{JM_REPO}@{D2}", 2), digests={"api": D2})})  # lastGood D2
+    tick.run({JOBS: evidence(settled(f"{JM_REPO}@{D2}", 2), digests={"api": D2})})
+    assert tick.target("jobs-manager").last_good == {"api": f"docker.io/{JM_REPO}@{D2}"}
     # Another writer pins D3; re-pinning D2 is a contest (1). It lands, and the writer puts D3
     # back while its rollout still rolls: a second contest (2), nothing re-pinned yet.
     theirs = f"{JM_REPO}@{D3}"
     plan = tick.run({JOBS: evidence(reverted_by("cronjob", theirs, 3), digests={"api": D2})})
+    assert [e.message.split(": re-pinning")[0] for e in plan.events if e.reason == "Contested"] == [
+        "field manager 'cronjob' changed api of Deployment tracebloc/jobs-manager away from what "
+        "imagerefresh last wrote"
+    ]
     landed(plan, tick, 4)
     back = reverted_by("cronjob", theirs, 5, available=0)
     rolling = tick.run({JOBS: evidence(back, digests={"api": D2})})

@@ -3,18 +3,20 @@ pods never outlive the pre-pull, and the pull budget is charged once."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
 import pytest
 
-from imagerefresh.models import Phase, PolicyStatus
+from imagerefresh.models import Phase, PolicyStatus, SeenDigest
 from imagerefresh.offline import NodeInventory, node_images
-from imagerefresh.planner.helperpod import LABEL, Placement, helper_manifest
+from imagerefresh.planner import plan_tick
+from imagerefresh.planner.helperpod import LABEL, Placement, RunAs, helper_manifest
 from imagerefresh.planner.podguard import unsafe_pod
 from imagerefresh.planner.target.prepull import PRE_PULL_POLL
 
-from support.ticks import NS, RM, Tick, budget, digest, evidence, key, spec, target
+from support.ticks import NS, PM, RM, Tick, budget, digest, evidence, key, spec, target
 from support.workloads import Json, daemonset, deployment, pod
 
 D0, D1, D2 = digest(0), digest(1), digest(2)
@@ -587,3 +589,191 @@ def test_a_helper_lives_the_target_s_rollout_timeout_up_to_the_operator_s_limit(
     short = pre_pulling(rolloutTimeout="2m")
     (first, *_) = run(short, []).pod_creates
     assert first.manifest["spec"]["activeDeadlineSeconds"] == 120
+
+
+# --- what an SRE reads while a pre-pull runs, word for word ----------------------------------
+
+PULLING = f"pre-pulling {PLAN}: 0/3 nodes hold it, waiting for n1, n2, n3"
+
+
+def test_a_pre_pull_that_starts_says_so_in_one_normal_event_and_its_status_names_no_skipped() -> (
+    None
+):
+    tick = pre_pulling()
+    plan = run(tick, [])
+    assert status(tick).message == PULLING
+    assert pre_pull_events(plan) == [
+        (
+            "Normal",
+            "PrePulling",
+            f"pre-pulling {PLAN} onto 3 node(s) before the patch: n1, n2, n3",
+        )
+    ]
+
+
+def nodes_named(count: int) -> tuple[str, ...]:
+    return tuple(f"n{i:02}" for i in range(1, count + 1))
+
+
+@pytest.mark.parametrize(
+    ("count", "waiting_for"),
+    [
+        (8, "n01, n02, n03, n04, n05, n06, n07, n08"),
+        (10, "n01, n02, n03, n04, n05, n06, n07, n08 and 2 more"),
+    ],
+    ids=["eight-named-all", "ten-named-eight-and-counted"],
+)
+def test_a_message_names_eight_nodes_and_counts_the_rest(count: int, waiting_for: str) -> None:
+    tick = pre_pulling()
+    nodes = nodes_named(count)
+    found = evidence(agent(), agent_pods(nodes=nodes), digests={"agent": D1}, helpers=[])
+    plan = tick.run({AGENT: found})
+    assert len(plan.pod_creates) == count
+    assert status(tick).message == (
+        f"pre-pulling {PLAN}: 0/{count} nodes hold it, waiting for {waiting_for}"
+    )
+    (event,) = [e.message for e in plan.events if e.reason == "PrePulling"]
+    assert event == f"pre-pulling {PLAN} onto {count} node(s) before the patch: {waiting_for}"
+
+
+@pytest.mark.parametrize(
+    ("error", "why"),
+    [
+        ('pods is forbidden: User "imagerefresh" cannot list pods', None),
+        (None, "they were not read this tick"),
+    ],
+    ids=["the-api-s-words", "not-read"],
+)
+def test_unreadable_helper_pods_say_why_and_that_nothing_is_pulled_or_patched(
+    error: str | None, why: str | None
+) -> None:
+    tick = pre_pulling()
+    found = evidence(agent(), agent_pods(), digests={"agent": D1}, helpers=None)
+    tick.run({AGENT: replace(found, helpers_error=error)})
+    assert status(tick).phase is Phase.ERROR
+    assert status(tick).message == (
+        f"drift: {PLAN}; the pre-pull helper pods could not be read ({why or error}); nothing "
+        "is pulled or patched on it"
+    )
+
+
+def test_a_failed_pre_pull_carried_by_a_later_tick_keeps_its_failure_and_creates_nothing() -> None:
+    tick = pre_pulling()
+    run(tick, [])
+    run(tick, [helper("n2", waiting="ErrImagePull")])
+    failed = status(tick).pre_pull
+    assert failed.failure.node == "n2"
+    for _ in range(2):  # the helper is gone: still held, never retried
+        plan = run(tick, [])
+        assert plan.pod_creates == ()
+        assert status(tick).pre_pull == failed
+        assert (status(tick).phase, status(tick).message) == (Phase.WAITING, FAILED_ON_N2)
+
+
+def test_a_pre_pull_is_failed_only_once_past_the_rollout_timeout_naming_the_first_node() -> None:
+    tick = pre_pulling(rolloutTimeout="1m")
+    waiting = [helper("n1", pulled=True), helper("n2"), helper("n3")]
+    run(tick, [], advance=timedelta(minutes=1))
+    plan = run(tick, waiting, advance=timedelta(seconds=1))  # exactly the timeout: still going
+    assert status(tick).phase is Phase.REFRESHING
+    assert pre_pull_events(plan) == []
+    plan = run(tick, waiting)
+    timed_out = (
+        f"drift: {PLAN}; the pre-pull failed on node n2: not pulled within the rollout timeout "
+        "(1m0s); still missing on n2, n3. Nothing was patched. Fix what it names (a pull "
+        "secret, the registry, disk space, an admission rule), then reset to try again: "
+        "imagerefresh reset tracebloc/control-plane; a new digest is pre-pulled afresh"
+    )
+    assert (status(tick).phase, status(tick).message) == (Phase.WAITING, timed_out)
+    assert status(tick).pre_pull.failure.node == "n2"
+    assert pre_pull_events(plan) == [("Warning", "PrePullFailed", timed_out)]
+
+
+def test_the_budget_covering_exactly_the_helpers_pulls_creates_them_all() -> None:
+    tick = pre_pulling()
+    plan = run(tick, [], budgets={(HUB, "anonymous"): budget(HUB, remaining=3)})
+    assert len(plan.pod_creates) == 3
+    assert status(tick).phase is Phase.REFRESHING
+    assert not plan.rate_limited
+
+
+def test_a_helper_the_budget_cannot_cover_mid_pre_pull_is_deferred_keeping_the_intent() -> None:
+    tick = pre_pulling()
+    run(tick, [])
+    intent = status(tick).pre_pull
+    # n3's helper vanished: the one to create again costs a pull the budget no longer has.
+    plan = run(
+        tick, [helper("n1"), helper("n2")], budgets={(HUB, "anonymous"): budget(HUB, remaining=0)}
+    )
+    assert plan.pod_creates == ()
+    assert status(tick).pre_pull == intent  # started when it started: its deadline holds
+    assert (status(tick).phase, status(tick).message) == (
+        Phase.DEFERRED,
+        "deferred: registry-1.docker.io for anonymous has 0 pulls left of 100 per 21600s; this "
+        "refresh needs 1 and 0 stay reserved for the kubelet",
+    )
+    assert plan.rate_limited
+    assert tick.condition("RateLimited").message == (
+        "deferred for the pull budget: DaemonSet tracebloc/agent"
+    )
+
+
+SIDE = f"{PM.split(':')[0]}@{digest('p0')}"
+
+
+def cooling_side(ends_in: timedelta) -> Tick:
+    """agent pre-pulls D1 while its side container's new digest cools down ``ends_in``."""
+    tick = Tick(
+        spec(
+            target("agent", kind="DaemonSet", namespace=AGENT_NS, agent=RM, side=PM),
+            prePull=True,
+            pullBudget={"reserve": 0},
+            minimumAge="1h",
+        )
+    )
+    tick.pre_pull_pods = True
+    since = tick.now - timedelta(hours=1) + ends_in
+    seen = [
+        SeenDigest(tracked=f"docker.io/{RM}", digest=D1, since=since - timedelta(hours=1)),
+        SeenDigest(tracked=f"docker.io/{PM}", digest=digest("p1"), since=since),
+    ]
+    tick.status = PolicyStatus(seen=seen)
+    return tick
+
+
+@pytest.mark.parametrize(
+    ("ends_in", "wakes_in"),
+    [(timedelta(seconds=2), timedelta(seconds=2)), (timedelta(hours=1), PRE_PULL_POLL)],
+    ids=["cooldown-ends-first", "pre-pull-poll-first"],
+)
+def test_a_pre_pull_beside_a_cooldown_is_looked_at_again_when_the_first_of_them_is_due(
+    ends_in: timedelta, wakes_in: timedelta
+) -> None:
+    tick = cooling_side(ends_in)
+    now = tick.now
+    workload = agent({"agent": f"{RM.split(':')[0]}@{D0}", "side": SIDE})
+    pods = [
+        pod(
+            f"agent-{n}",
+            {"agent": f"docker.io/tracebloc/resource-monitor@{D0}", "side": f"docker.io/{SIDE}"},
+            node=n,
+        )
+        for n in NODES
+    ]
+    found = evidence(workload, pods, digests={"agent": D1, "side": digest("p1")}, helpers=[])
+    plan = tick.run({AGENT: found})
+    assert [c.node for c in plan.pod_creates] == list(NODES)
+    assert [e.reason for e in plan.events if e.reason in ("PrePulling", "CoolingDown")] == [
+        "CoolingDown",
+        "PrePulling",
+    ]
+    assert plan.wake_at == now + wakes_in
+
+
+def test_helpers_run_as_the_user_and_group_the_operator_was_given() -> None:
+    tick = pre_pulling()
+    found = evidence(agent(), agent_pods(), digests={"agent": D1}, helpers=[])
+    given = replace(tick.input({AGENT: found}), pre_pull_run_as=RunAs(1_000, 2_000))
+    (first, *_) = plan_tick(given).pod_creates
+    security = first.manifest["spec"]["securityContext"]
+    assert (security["runAsUser"], security["runAsGroup"]) == (1_000, 2_000)
