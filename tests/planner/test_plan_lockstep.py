@@ -1217,3 +1217,30 @@ def test_a_container_already_running_the_digest_is_pinned_in_place_while_its_gro
         "jobs-manager": {"api": f"{JM_REPO}@{D2}", "pods-monitor-container": f"{PM_REPO}@{P2}"}
     }
     assert tick.target("requests-proxy").phase is Phase.MISSING
+
+
+def test_a_peer_in_conflict_mid_rollout_holds_a_settled_success_as_a_refresh_still_in_flight() -> (
+    None
+):
+    """Its pending refresh is not judged this tick (the conflict ends its decision first), yet
+    it is still ours in flight: its template already names the digest, and that is no proof
+    its rollout settled."""
+    tick = edge()
+    started(tick)
+    conflicting = deployment(
+        "requests-proxy", {"proxy": f"mirror.local/{JM_REPO}@{D2}"}, generation=2
+    )
+    plan = tick.run(seen(jobs(D2, generation=2), conflicting))
+    assert plan.patches == ()
+    assert "Refreshed" not in reasons(plan)
+    assert tick.target("requests-proxy").phase is Phase.CONFLICT
+    assert tick.target("requests-proxy").pending is not None
+    held = tick.target("jobs-manager")
+    assert held.phase is Phase.REFRESHING
+    assert held.pending is not None
+    assert held.pending.settled_at is not None
+    assert held.message == (
+        f"our refresh rolled out; its lockstep peers on {GROUP} have not all settled on "
+        f"{short(D2)}: Deployment tracebloc/requests-proxy (Conflict): it counts as "
+        "refreshed once they have"
+    )

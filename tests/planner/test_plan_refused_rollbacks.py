@@ -8,6 +8,7 @@ is Refused, left as it runs, with one Warning saying why and what to do, and not
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from imagerefresh.models import PendingPurpose, Phase
@@ -108,3 +109,84 @@ def test_an_owed_rollback_to_a_tag_is_sent_pinned_to_the_verified_digest_once_ve
     assert owed.pending.purpose is PendingPurpose.ROLLBACK
     assert owed.pending.images == {"api": f"{REPO}@{D1}"}
     assert owed.message == f"rollback to api={REPO}@{D1} owed: sending it again"
+
+
+def owed_then_verify(
+    template: str,
+    pods: list[Any],
+    verified: set[str],
+    children: dict[str, frozenset[str]] | None = None,
+) -> tuple[Tick, Plan]:
+    """jobs-manager refreshed from ``template`` to D2, which fails; its rollback is recorded
+    but not landed, and then ``spec.verify`` is turned on with ``verified`` digests in memory:
+    the tick that sends the owed rollback again (``children``: index → platform manifests)."""
+    tick = Tick(spec(target("jobs-manager", api=JM)))
+    tick.run(on(template, pods))
+    tick.run(failing(pods))
+    assert tick.target("jobs-manager").pending.images == {"api": template}
+    tick.spec = spec(target("jobs-manager", api=JM), verify={"publicKeys": [TestKey.p256().pem]})
+    tick.verified = frozenset((f"docker.io/{REPO}", d) for d in verified)
+    found = failing(pods)
+    if children is not None:
+        found[JOBS] = replace(found[JOBS], children=children)
+    return tick, tick.run(found)
+
+
+def sent_again(tick: Tick, plan: Plan) -> str:
+    """The image the owed rollback is sent to again, as its patch and its status both say."""
+    ((change,),) = [p.changes for p in plan.patches]
+    owed = tick.target("jobs-manager")
+    assert owed.pending.purpose is PendingPurpose.ROLLBACK
+    assert owed.pending.images == {"api": change.image}
+    assert owed.message == f"rollback to api={change.image} owed: sending it again"
+    return change.image
+
+
+def ran_on(*digests: str) -> list[Any]:
+    """One pod per digest, in this order, its ``api`` running that digest of jobs-manager."""
+    return [pod(f"jm-{i}", {"api": f"docker.io/{REPO}@{d}"}) for i, d in enumerate(digests)]
+
+
+def test_an_owed_rollback_to_a_verified_digest_pin_is_sent_to_that_digest() -> None:
+    tick, plan = owed_then_verify(f"{REPO}@{D1}", ran_on(D1), {D1})
+    assert sent_again(tick, plan) == f"{REPO}@{D1}"
+
+
+def test_an_owed_rollback_with_no_verified_digest_is_refused_as_unverified_owing_none() -> None:
+    tick, plan = owed_then_verify(f"{REPO}@{D1}", ran_on(D1), set())
+    unverified = (
+        f"Deployment tracebloc/jobs-manager is not rolled back: api would go back to "
+        f"{REPO}@{D1}, and no digest the workload is proven to have run there carries a "
+        "verified signature by a key of spec.verify in the operator's memory (its registry "
+        "may be unreachable). It stays on what it runs; roll it back by hand to a signed "
+        "build, or push a signed fix"
+    )
+    assert plan.patches == ()
+    refused = tick.target("jobs-manager")
+    assert (refused.phase, refused.message, refused.pending) == (Phase.REFUSED, unverified, None)
+    assert warnings(plan) == [("RollbackUnverified", unverified)]
+
+
+def test_a_tag_is_rolled_back_to_the_verified_digest_most_of_its_pods_run_never_the_new_one() -> (
+    None
+):
+    low, high = sorted((digest(3), digest(4)))
+    # The failed refresh's own D2 runs on the most pods, and is verified too: never a candidate.
+    pods = ran_on(low, high, high, D2, D2, D2)
+    tick, plan = owed_then_verify(f"{REPO}:prod", pods, {low, high, D2})
+    assert sent_again(tick, plan) == f"{REPO}@{high}"
+
+
+def test_a_tag_whose_old_digests_run_on_as_many_pods_each_is_rolled_back_to_the_first_by_name() -> (
+    None
+):
+    low, high = sorted((digest(3), digest(4)))
+    tick, plan = owed_then_verify(f"{REPO}:prod", ran_on(high, low), {low, high})
+    assert sent_again(tick, plan) == f"{REPO}@{low}"
+
+
+def test_a_tag_whose_pods_run_a_platform_manifest_is_rolled_back_to_its_verified_index() -> None:
+    index, other, platform = digest("index"), digest("other-index"), digest("linux/amd64")
+    children = {index: frozenset({platform}), other: frozenset({digest("linux/arm64")})}
+    tick, plan = owed_then_verify(f"{REPO}:prod", ran_on(platform), {index, other}, children)
+    assert sent_again(tick, plan) == f"{REPO}@{index}"

@@ -233,7 +233,7 @@ def helper_name(uid: str, node: str, images: Sequence[str]) -> str:
     return NAME_PREFIX + hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
-def deadline_seconds(timeout: timedelta, most: int = 3_600) -> int:
+def deadline_seconds(timeout: timedelta, most: int) -> int:
     """The target's progress deadline, within what a helper pod may live."""
     most = max(MIN_DEADLINE, min(MAX_DEADLINE, most))
     return max(MIN_DEADLINE, min(most, int(timeout.total_seconds())))
