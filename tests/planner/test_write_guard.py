@@ -18,11 +18,13 @@ from typing import Any
 import pytest
 
 from imagerefresh.models import FailedBuild, PolicyStatus, SeenDigest, TargetStatus
+from imagerefresh.offline import NodeInventory, node_images
 from imagerefresh.planner import (
     Cleared,
     ImageChange,
     ImagePatch,
     PatchPurpose,
+    Resolved,
     TickInput,
     clear_writes,
     permits,
@@ -36,6 +38,7 @@ from support.ticks import NS, T0, Tick, budget, digest, evidence, key, spec, tar
 from support.workloads import deployment, pod
 
 D_RUNS, D_NEW, D_OLD, D_NEVER = digest("runs"), digest("new"), digest("old"), digest("never")
+D_ARM = digest("new, its linux/arm64 manifest")  # a platform manifest of the index D_NEW
 REPO = "docker.io/tracebloc/jobs-manager"
 JOBS = key("jobs-manager")
 HUB = ("registry-1.docker.io", "anonymous")
@@ -429,3 +432,69 @@ def test_a_refresh_over_the_reserve_is_refused_with_the_budget_s_own_words() -> 
         "the pull budget does not cover it: registry-1.docker.io for anonymous has 3 pulls "
         "left of 100 per 21600s; it needs 2 and 2 stay reserved for the kubelet"
     )
+
+
+def test_a_target_whose_evidence_was_not_read_proves_nothing_ran() -> None:
+    tick = tick_input()
+    unread = replace(tick, evidence={})
+    rollback = patch(f"{REPO}@{D_RUNS}", purpose=PatchPurpose.ROLLBACK, expected=f"{REPO}@{D_NEW}")
+    assert verdict(rollback, tick) == ()  # its pods run it
+    assert verdict(rollback, unread) == (
+        f"api: {REPO}@{D_RUNS} is not an image the workload is proven to have run",
+    )
+
+
+# --- pulls a pre-pull already paid: what the nodes are proven to hold ------------------------
+
+
+def on_nodes(running: dict[str, str], listed: tuple[str, ...]) -> TickInput:
+    """jobs-manager's 2 pods, one per node (node -> the digest its pod runs), the nodes in
+    ``listed`` listing the new build in ``status.images``; its tag answers the index D_NEW,
+    whose linux/arm64 manifest is D_ARM."""
+    tick = Tick(spec(target("jobs-manager", api="tracebloc/jobs-manager:prod"), pullBudget={}))
+    tick.nodes = NodeInventory(
+        dict(
+            found
+            for n in running
+            if (
+                found := node_images(
+                    {
+                        "metadata": {"name": n},
+                        "status": {
+                            "images": [{"names": [f"{REPO}@{D_NEW}"]}] if n in listed else []
+                        },
+                    }
+                )
+            )
+            is not None
+        )
+    )
+    work = deployment("jobs-manager", {"api": f"{REPO}@{D_RUNS}"}, replicas=2)
+    pods = [pod(f"jm-{n}", {"api": f"{REPO}@{d}"}, node=n) for n, d in running.items()]
+    found = evidence(work, pods, {"api": Resolved(D_NEW, frozenset({D_ARM}))})
+    return tick.input({JOBS: found}, {HUB: budget(HUB[0], 100)})
+
+
+UNCHARGED = "it causes 2 pull(s) from registry-1.docker.io for anonymous but is charged 0"
+
+
+@pytest.mark.parametrize(
+    ("running", "listed", "reasons"),
+    [
+        pytest.param(
+            {"n1": D_NEW, "n2": D_RUNS}, ("n2",), (), id="a-pod-runs-it-the-other-lists-it"
+        ),
+        pytest.param(
+            {"n1": D_ARM, "n2": D_RUNS}, ("n2",), (), id="a-pod-runs-its-platform-manifest"
+        ),
+        pytest.param({"n1": D_RUNS, "n2": D_RUNS}, ("n1", "n2"), (), id="every-node-lists-it"),
+        pytest.param(
+            {"n1": D_NEW, "n2": D_RUNS}, ("n1",), (UNCHARGED,), id="n2-neither-runs-nor-lists-it"
+        ),
+        pytest.param({"n1": D_RUNS, "n2": D_RUNS}, ("n2",), (UNCHARGED,), id="only-n2-lists-it"),
+    ],
+)
+def test_a_refresh_charges_nothing_only_for_a_build_every_node_is_proven_to_hold(
+    running: dict[str, str], listed: tuple[str, ...], reasons: tuple[str, ...]
+) -> None:
+    assert verdict(patch(f"{REPO}@{D_NEW}", pulls=0), on_nodes(running, listed)) == reasons
