@@ -777,3 +777,37 @@ def test_helpers_run_as_the_user_and_group_the_operator_was_given() -> None:
     (first, *_) = plan_tick(given).pod_creates
     security = first.manifest["spec"]["securityContext"]
     assert (security["runAsUser"], security["runAsGroup"]) == (1_000, 2_000)
+
+
+def test_a_node_holds_a_two_container_pre_pull_only_once_it_holds_both_images() -> None:
+    # n1's helper reports resource-monitor pulled, pods-monitor not yet: n1 holds half of it.
+    pm, rm = f"tracebloc/pods-monitor@{D2}", f"tracebloc/resource-monitor@{D1}"
+    work = deployment(
+        "api",
+        {"api": f"tracebloc/resource-monitor@{D0}", "side": f"tracebloc/pods-monitor@{D0}"},
+        replicas=1,
+    )
+    work["metadata"]["uid"], work["apiVersion"] = UID, "apps/v1"
+    running = {
+        "api": f"docker.io/tracebloc/resource-monitor@{D0}",
+        "side": f"docker.io/tracebloc/pods-monitor@{D0}",
+    }
+    placement = Placement.from_api(work)
+    assert placement is not None
+    half = helper_manifest(NS, placement, "n1", [rm, pm], timedelta(minutes=10))
+    half["metadata"]["uid"] = "uid-n1-half"
+    half["status"] = {
+        "phase": "Pending",
+        "containerStatuses": [
+            {"name": "pull-0", "image": pm, "imageID": "", "state": {"waiting": {}}},
+            {"name": "pull-1", "image": rm, "imageID": f"docker.io/{rm}"},
+        ],
+    }
+    tick = Tick(spec(target("api", api=RM, side=PM), prePull=True, pullBudget={"reserve": 0}))
+    tick.pre_pull_pods = True
+    found = evidence(
+        work, [pod("api-0", running, node="n1")], {"api": D1, "side": D2}, helpers=[half]
+    )
+    plan = tick.run({key("api"): found}, advance=timedelta(seconds=5))
+    assert plan.patches == ()
+    assert "0/1 nodes hold it, waiting for n1" in tick.target("api").message

@@ -18,11 +18,13 @@ from typing import Any
 import pytest
 
 from imagerefresh.models import FailedBuild, PolicyStatus, SeenDigest, TargetStatus
+from imagerefresh.offline import NodeInventory, node_images
 from imagerefresh.planner import (
     Cleared,
     ImageChange,
     ImagePatch,
     PatchPurpose,
+    Resolved,
     TickInput,
     clear_writes,
     permits,
@@ -36,6 +38,7 @@ from support.ticks import NS, T0, Tick, budget, digest, evidence, key, spec, tar
 from support.workloads import deployment, pod
 
 D_RUNS, D_NEW, D_OLD, D_NEVER = digest("runs"), digest("new"), digest("old"), digest("never")
+D_ARM = digest("new, its linux/arm64 manifest")  # a platform manifest of the index D_NEW
 REPO = "docker.io/tracebloc/jobs-manager"
 JOBS = key("jobs-manager")
 HUB = ("registry-1.docker.io", "anonymous")
@@ -339,8 +342,9 @@ def test_a_helper_pod_container_without_an_image_is_refused_as_no_reference() ->
 
 
 def test_no_code_but_the_guard_makes_a_cleared_write() -> None:
-    with pytest.raises(TypeError, match="only the write guard clears a write"):
+    with pytest.raises(TypeError) as raised:
         Cleared(patch(f"{REPO}@{D_NEW}"), object())
+    assert str(raised.value) == "only the write guard clears a write"
 
 
 def test_a_refusal_names_the_target_every_reason_and_what_to_do() -> None:
@@ -349,3 +353,148 @@ def test_a_refusal_names_the_target_every_reason_and_what_to_do() -> None:
     assert refusal.message.startswith(f"the write guard refused the refresh of {JOBS}: api: ")
     assert "report it with the operator's log" in refusal.message
     assert len(refusal.reasons) == 2  # unverified, and uncharged
+
+
+# --- every write is judged, every change of it ---------------------------------------------
+
+
+def test_a_refused_write_does_not_stop_the_writes_after_it_from_being_judged() -> None:
+    tick = tick_input(failed=(D_OLD,))
+    refused, cleared = patch(f"{REPO}@{D_OLD}"), patch(f"{REPO}@{D_NEW}")
+    guarded = clear_writes([refused, cleared], permits(tick))
+    assert [(r.write, r.reasons) for r in guarded.refused] == [
+        (refused, (f"api: {D_OLD} failed its rollout here (until a reset)",))
+    ]
+    assert [c.write for c in guarded.patches] == [cleared]
+
+
+def changes(*changed: tuple[str, str, str], pulls: int = 2) -> ImagePatch:
+    """A refresh of (container, expected, image) changes, carrying ``pulls``."""
+    return ImagePatch(
+        JOBS,
+        PatchPurpose.REFRESH,
+        tuple(
+            ImageChange(name, f"/spec/template/spec/containers/{i}", expected, image, REPO)
+            for i, (name, expected, image) in enumerate(changed)
+        ),
+        pulls=((HUB, pulls),),
+    )
+
+
+def test_a_change_that_writes_nothing_new_does_not_excuse_the_changes_after_it() -> None:
+    tick = tick_input(failed=(D_NEW,))
+    write = changes(
+        ("sidecar", f"{REPO}@{D_RUNS}", f"{REPO}@{D_RUNS}"),  # the same: nothing is checked
+        ("api", f"{REPO}@{D_RUNS}", f"{REPO}@{D_NEW}"),
+    )
+    assert verdict(write, tick) == (f"api: {D_NEW} failed its rollout here (until a reset)",)
+
+
+def test_an_undeclared_container_does_not_excuse_the_changes_after_it() -> None:
+    tick = tick_input(failed=(D_NEW,))
+    write = changes(
+        ("sidecar", f"{REPO}@{D_RUNS}", f"{REPO}@{D_OLD}"),
+        ("api", f"{REPO}@{D_RUNS}", f"{REPO}@{D_NEW}"),
+        pulls=4,  # two new images, on each of its 2 pods
+    )
+    assert verdict(write, tick) == (
+        "sidecar: not a container the policy declares",
+        f"api: {D_NEW} failed its rollout here (until a reset)",
+    )
+
+
+# --- the cooldown reads digests --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("pin", [None, D_OLD], ids=["on-its-tag", "pinned-by-the-spec"])
+def test_a_tag_written_under_minimum_age_waits_for_no_digest_s_cooldown(pin: str | None) -> None:
+    # A tag names no digest for the clock to read (verify, which bars tags, is off here).
+    declared: dict[str, str] = {"name": "api", "image": "tracebloc/jobs-manager:prod"}
+    if pin is not None:
+        declared["digest"] = pin
+    tick = Tick(
+        spec(
+            {"kind": "Deployment", "name": "jobs-manager", "containers": [declared]},
+            minimumAge="1h",
+        )
+    )
+    work = deployment("jobs-manager", {"api": f"{REPO}@{D_RUNS}"}, replicas=2)
+    found = evidence(work, [pod(f"jm-{i}", {"api": f"{REPO}@{D_RUNS}"}) for i in range(2)])
+    assert verdict(patch(f"{REPO}:prod"), tick.input({JOBS: found})) == ()
+
+
+# --- the pull budget's answer, word for word ------------------------------------------------
+
+
+def test_a_refresh_over_the_reserve_is_refused_with_the_budget_s_own_words() -> None:
+    (reason,) = verdict(patch(f"{REPO}@{D_NEW}"), tick_input(remaining=3, reserve=2))
+    assert reason == (
+        "the pull budget does not cover it: registry-1.docker.io for anonymous has 3 pulls "
+        "left of 100 per 21600s; it needs 2 and 2 stay reserved for the kubelet"
+    )
+
+
+def test_a_target_whose_evidence_was_not_read_proves_nothing_ran() -> None:
+    tick = tick_input()
+    unread = replace(tick, evidence={})
+    rollback = patch(f"{REPO}@{D_RUNS}", purpose=PatchPurpose.ROLLBACK, expected=f"{REPO}@{D_NEW}")
+    assert verdict(rollback, tick) == ()  # its pods run it
+    assert verdict(rollback, unread) == (
+        f"api: {REPO}@{D_RUNS} is not an image the workload is proven to have run",
+    )
+
+
+# --- pulls a pre-pull already paid: what the nodes are proven to hold ------------------------
+
+
+def on_nodes(running: dict[str, str], listed: tuple[str, ...]) -> TickInput:
+    """jobs-manager's 2 pods, one per node (node -> the digest its pod runs), the nodes in
+    ``listed`` listing the new build in ``status.images``; its tag answers the index D_NEW,
+    whose linux/arm64 manifest is D_ARM."""
+    tick = Tick(spec(target("jobs-manager", api="tracebloc/jobs-manager:prod"), pullBudget={}))
+    tick.nodes = NodeInventory(
+        dict(
+            found
+            for n in running
+            if (
+                found := node_images(
+                    {
+                        "metadata": {"name": n},
+                        "status": {
+                            "images": [{"names": [f"{REPO}@{D_NEW}"]}] if n in listed else []
+                        },
+                    }
+                )
+            )
+            is not None
+        )
+    )
+    work = deployment("jobs-manager", {"api": f"{REPO}@{D_RUNS}"}, replicas=2)
+    pods = [pod(f"jm-{n}", {"api": f"{REPO}@{d}"}, node=n) for n, d in running.items()]
+    found = evidence(work, pods, {"api": Resolved(D_NEW, frozenset({D_ARM}))})
+    return tick.input({JOBS: found}, {HUB: budget(HUB[0], 100)})
+
+
+UNCHARGED = "it causes 2 pull(s) from registry-1.docker.io for anonymous but is charged 0"
+
+
+@pytest.mark.parametrize(
+    ("running", "listed", "reasons"),
+    [
+        pytest.param(
+            {"n1": D_NEW, "n2": D_RUNS}, ("n2",), (), id="a-pod-runs-it-the-other-lists-it"
+        ),
+        pytest.param(
+            {"n1": D_ARM, "n2": D_RUNS}, ("n2",), (), id="a-pod-runs-its-platform-manifest"
+        ),
+        pytest.param({"n1": D_RUNS, "n2": D_RUNS}, ("n1", "n2"), (), id="every-node-lists-it"),
+        pytest.param(
+            {"n1": D_NEW, "n2": D_RUNS}, ("n1",), (UNCHARGED,), id="n2-neither-runs-nor-lists-it"
+        ),
+        pytest.param({"n1": D_RUNS, "n2": D_RUNS}, ("n2",), (UNCHARGED,), id="only-n2-lists-it"),
+    ],
+)
+def test_a_refresh_charges_nothing_only_for_a_build_every_node_is_proven_to_hold(
+    running: dict[str, str], listed: tuple[str, ...], reasons: tuple[str, ...]
+) -> None:
+    assert verdict(patch(f"{REPO}@{D_NEW}", pulls=0), on_nodes(running, listed)) == reasons
