@@ -407,8 +407,11 @@ def test_an_undeclared_container_does_not_excuse_the_changes_after_it() -> None:
 
 
 @pytest.mark.parametrize("pin", [None, D_OLD], ids=["on-its-tag", "pinned-by-the-spec"])
-def test_a_tag_written_under_minimum_age_waits_for_no_digest_s_cooldown(pin: str | None) -> None:
-    # A tag names no digest for the clock to read (verify, which bars tags, is off here).
+def test_a_tag_written_under_minimum_age_is_refused_no_clock_holds_what_it_answers(
+    pin: str | None,
+) -> None:
+    # A tag names no digest for the clock to read (verify, which bars tags, is off here): its
+    # pods would pull whatever it answers when they start, cooled down or not.
     declared: dict[str, str] = {"name": "api", "image": "tracebloc/jobs-manager:prod"}
     if pin is not None:
         declared["digest"] = pin
@@ -420,7 +423,9 @@ def test_a_tag_written_under_minimum_age_waits_for_no_digest_s_cooldown(pin: str
     )
     work = deployment("jobs-manager", {"api": f"{REPO}@{D_RUNS}"}, replicas=2)
     found = evidence(work, [pod(f"jm-{i}", {"api": f"{REPO}@{D_RUNS}"}) for i in range(2)])
-    assert verdict(patch(f"{REPO}:prod"), tick.input({JOBS: found})) == ()
+    assert verdict(patch(f"{REPO}:prod"), tick.input({JOBS: found})) == (
+        f"api: {REPO}:prod is a tag, and minimumAge writes only digests that cooled down",
+    )
 
 
 # --- the pull budget's answer, word for word ------------------------------------------------

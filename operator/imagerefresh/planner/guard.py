@@ -276,12 +276,17 @@ def _image(
         if normalised(image) not in container.ran:
             return f"{image} is not an image the workload is proven to have run"
         return None
-    return _cooling(name, digest, rules, permits)
+    return _cooling(image, name, digest, rules, permits)
 
 
-def _cooling(name: str, digest: str | None, rules: TargetRules, permits: Permits) -> str | None:
+def _cooling(
+    image: str, name: str, digest: str | None, rules: TargetRules, permits: Permits
+) -> str | None:
     container = rules.containers[name]
     age = permits.minimum_age
+    if age and digest is None:
+        # A tag makes the pods pull whatever it answers when they start: no clock holds that.
+        return f"{image} is a tag, and minimumAge writes only digests that cooled down"
     if not age or digest is None or digest == container.pin:
         return None
     if runs_everywhere(rules.evidence, name, digest):
