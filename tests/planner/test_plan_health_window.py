@@ -16,14 +16,27 @@ from typing import Any
 
 import pytest
 
-from imagerefresh.models import Phase
+from imagerefresh.models import Phase, PolicyStatus
 from imagerefresh.models.base import format_timestamp
-from imagerefresh.planner import ObservedPod, PatchPurpose, Plan, Resolved
+from imagerefresh.planner import ObservedPod, PatchPurpose, Plan, Resolved, Unresolved, Workload
 from imagerefresh.planner.follow import in_flight
 from imagerefresh.planner.podhealth import container_health
 from imagerefresh.planner.target.health import Crash, HealthWindow, crashes
 
-from support.ticks import JM, NS, PM, RM, T0, Tick, digest, evidence, key, spec, target
+from support.ticks import (
+    JM,
+    NS,
+    PM,
+    RM,
+    T0,
+    Tick,
+    digest,
+    evidence,
+    key,
+    spec,
+    target,
+    without_offline,
+)
 from support.workloads import daemonset, deployment, statefulset
 
 D1, D2, D3 = digest(1), digest(2), digest(3)
@@ -132,12 +145,19 @@ def at(tick: HealthTick, when: datetime, workload: Json, pods: list[Json], **kw:
     return tick.target("jobs-manager")
 
 
-def judge(tick: Tick, when: datetime, workload: Json, pods: list[Json], **kw: Any) -> Plan:
+def judge(
+    tick: Tick,
+    when: datetime,
+    workload: Json,
+    pods: list[Json],
+    digests: dict[str, str | Resolved | Unresolved] | None = None,
+    **kw: Any,
+) -> Plan:
+    """A tick at ``when``; the registry answers ``digests`` (by default, ``api``'s tag D2)."""
     tick.now = when
     kw.setdefault("follow_up", True)
-    return tick.run(
-        {JOBS: evidence(workload, pods, digests={"api": D2})}, advance=timedelta(0), **kw
-    )
+    answers = {"api": D2} if digests is None else digests
+    return tick.run({JOBS: evidence(workload, pods, digests=answers)}, advance=timedelta(0), **kw)
 
 
 def reasons(plan: Plan) -> list[str]:
@@ -504,6 +524,106 @@ def test_an_adopted_container_s_restart_is_not_blamed() -> None:
     assert tick.target("jobs-manager").phase is Phase.CURRENT
 
 
+def test_a_crash_of_the_container_refreshed_beside_an_adopted_one_fails_the_refresh() -> None:
+    """The adopted ``api`` is the patch's first pin; ``sidecar``, pinned after it, is the new
+    build, and its crash fails the refresh all the same (blaming only its build)."""
+    tick = HealthTick(spec(target("jobs-manager", api=JM, sidecar=PM)))
+    on_tag = deployment("jobs-manager", {"api": JM, "sidecar": f"{PM_REPO}@{D1}"})
+    running = [a_pod("jm-old", container("api", ran(D2)), container("sidecar", ran(D1, PM_REPO)))]
+    digests = {"api": D2, "sidecar": D3}
+    tick.run({JOBS: evidence(on_tag, running, digests=digests)}, advance=timedelta(0))
+    pending = tick.target("jobs-manager").pending
+    assert (list(pending.images), pending.adopted) == (["api", "sidecar"], ("api",))
+    pinned = deployment(
+        "jobs-manager", {"api": f"{JM_REPO}@{D2}", "sidecar": f"{PM_REPO}@{D3}"}, generation=2
+    )
+    up = a_pod("jm-new", container("api", ran(D2)), container("sidecar", ran(D3, PM_REPO)))
+    crash = SETTLED + 5 * SECOND
+    restarting = a_pod(
+        "jm-new",
+        container("api", ran(D2)),
+        container("sidecar", ran(D3, PM_REPO), restarts=1, last=ended(1, crash)),
+    )
+    for when, pod in ((SETTLED, up), (SETTLED + 6 * SECOND, restarting)):
+        tick.now = when
+        plan = tick.run({JOBS: evidence(pinned, [pod], digests=digests)}, follow_up=True)
+    status = tick.target("jobs-manager")
+    assert rolled_back(status), status.message
+    assert [b.digest for b in status.failed] == [D3]
+    assert status.message == (
+        "refresh failed (attempt 1 of 3): the new build crashed within its health window "
+        f"(healthyFor 1m0s, until {format_timestamp(END)}): container sidecar ({D3[:19]}…) in "
+        f"pod jm-new on node node-a restarted after exit code 1 (Error) at "
+        f"{format_timestamp(crash)}; rolling back"
+    )
+    assert reasons(plan) == ["RefreshFailed"]
+
+
+def test_a_pending_pin_edited_to_a_tag_blames_nothing_for_it_and_the_others_are_still_judged() -> (
+    None
+):
+    """Status is read back as a claim: a pending ``api`` edited by hand to its tag names no
+    build, so its pods' restarts are no build's; ``sidecar``, listed after it, still is."""
+    tick = HealthTick(spec(target("jobs-manager", api=JM, sidecar=PM)))
+    start = deployment("jobs-manager", {"api": f"{JM_REPO}@{D1}", "sidecar": f"{PM_REPO}@{D1}"})
+    digests = {"api": D2, "sidecar": D3}
+    tick.run({JOBS: evidence(start, digests=digests)}, advance=timedelta(0))
+    edited = tick.status.model_dump(mode="json", by_alias=True, exclude_none=True)
+    (entry,) = edited["targets"]
+    assert list(entry["pending"]["images"]) == ["api", "sidecar"]
+    entry["pending"]["images"]["api"] = JM
+    tick.status = PolicyStatus.model_validate(edited)
+    carried = deployment("jobs-manager", {"api": JM, "sidecar": f"{PM_REPO}@{D3}"}, generation=2)
+    up = a_pod("jm-new", container("api", ran(D2)), container("sidecar", ran(D3, PM_REPO)))
+    crash = SETTLED + 5 * SECOND
+    both = a_pod(
+        "jm-new",
+        container("api", ran(D2), restarts=1, last=ended(1, crash - SECOND)),
+        container("sidecar", ran(D3, PM_REPO), restarts=1, last=ended(1, crash)),
+    )
+    for when, pod in ((SETTLED, up), (SETTLED + 6 * SECOND, both)):
+        tick.now = when
+        plan = tick.run({JOBS: evidence(carried, [pod], digests=digests)}, follow_up=True)
+    status = tick.target("jobs-manager")
+    assert rolled_back(status), status.message
+    assert [b.digest for b in status.failed] == [D3]
+    assert status.message == (
+        "refresh failed (attempt 1 of 3): the new build crashed within its health window "
+        f"(healthyFor 1m0s, until {format_timestamp(END)}): container sidecar ({D3[:19]}…) in "
+        f"pod jm-new on node node-a restarted after exit code 1 (Error) at "
+        f"{format_timestamp(crash)}; rolling back"
+    )
+    assert reasons(plan) == ["RefreshFailed"]
+
+
+ANSWERS = ("the-index-with-its-platform-manifests", "the-tag-moved-on", "unreadable", "none")
+
+
+@pytest.mark.parametrize("answer", ANSWERS, ids=ANSWERS)
+def test_the_new_build_is_the_refresh_s_pin_whatever_the_registry_answers_this_tick(
+    answer: str,
+) -> None:
+    """The build judged is the digest the refresh pinned. The registry's answer this tick only
+    adds that very digest's platform manifests (which containers/image runtimes report in its
+    place); a tag that moved on since, an unreadable registry or no answer change nothing."""
+    arm = digest("arm64")
+    answers: dict[str, str | Resolved | Unresolved] = {
+        "the-index-with-its-platform-manifests": {"api": Resolved(D2, frozenset({arm}))},
+        "the-tag-moved-on": {"api": D3},
+        "unreadable": {"api": Unresolved("Unreachable", "the registry did not answer")},
+        "none": {},
+    }[answer]
+    tick = refreshed()
+    crash = SETTLED + 20 * SECOND
+    pod = crashed(crash)
+    pod["status"]["containerStatuses"][0]["imageID"] = ran(arm if "index" in answer else D2)
+    status = at(tick, crash + 2 * SECOND, jobs(D2), [pod], digests=answers)
+    assert rolled_back(status), status.message
+    assert status.message == crash_message("restarted after exit code 1 (Error)", crash)
+    assert [b.digest for b in status.failed] == [D2]
+    assert reasons(tick.last_plan) == ["RefreshFailed"]
+
+
 def test_a_pod_not_on_the_new_build_is_not_blamed() -> None:
     old = a_pod(
         "jm-old", container("api", ran(D1), restarts=1, last=ended(1, SETTLED + 3 * SECOND))
@@ -657,6 +777,86 @@ def test_a_workload_unsettled_after_the_window_with_no_crash_is_skipped_with_no_
     skipping = tick.target("jobs-manager")
     assert skipping.phase is Phase.SKIPPING
     assert "judged healthy" not in skipping.message
+
+
+def test_the_after_window_note_names_each_container_on_our_build_and_frozen_writes_nothing() -> (
+    None
+):
+    tick = HealthTick(spec(target("jobs-manager", api=JM, sidecar=PM), maxSkipTicks=2))
+    digests = {"api": D2, "sidecar": D3}
+    start = deployment("jobs-manager", {"api": f"{JM_REPO}@{D1}", "sidecar": f"{PM_REPO}@{D1}"})
+    tick.run({JOBS: evidence(start, digests=digests)}, advance=timedelta(0))
+    images = {"api": f"{JM_REPO}@{D2}", "sidecar": f"{PM_REPO}@{D3}"}
+    up = [a_pod("jm-new", container("api", ran(D2)), container("sidecar", ran(D3, PM_REPO)))]
+    for when in (SETTLED, END):
+        tick.now = when
+        world = {JOBS: evidence(deployment("jobs-manager", images, generation=2), up, digests)}
+        tick.run(world, advance=timedelta(0), follow_up=True)
+    assert (tick.target("jobs-manager").phase, tick.target("jobs-manager").last_refresh) == (
+        Phase.CURRENT,
+        END,
+    )
+    late = deployment("jobs-manager", images, generation=2, available=0)
+    crash = END + 30 * SECOND
+    down = [
+        a_pod(
+            "jm-new",
+            container("api", ran(D2), restarts=1, last=ended(1, crash), since=crash + SECOND),
+            container("sidecar", ran(D3, PM_REPO)),
+        )
+    ]
+    note = (
+        f". Its pods run api@{D2[:19]}…, sidecar@{D3[:19]}…, judged healthy at "
+        f"{format_timestamp(END)} when its refresh's health window ended: a crash since is not "
+        "that refresh's, so it is not rolled back (roll it back by hand, or push a fixed build)"
+    )
+    verdict = Workload.from_api(late).verdict.message
+    tick.now = END + 60 * SECOND
+    tick.run({JOBS: evidence(late, down, digests=digests)}, advance=timedelta(0))
+    skipping = tick.target("jobs-manager")
+    assert skipping.phase is Phase.SKIPPING
+    assert skipping.message == f"not settled (1 of 2 ticks before Frozen): {verdict}{note}"
+    tick.now = END + 2 * 60 * SECOND
+    plan = tick.run({JOBS: evidence(late, down, digests=digests)}, advance=timedelta(0))
+    assert tick.target("jobs-manager").phase is Phase.FROZEN
+    (event,) = [e for e in plan.events if e.reason == "Frozen"]
+    assert event.message.endswith(note)
+    # Frozen and still crashing: the note is the same every tick, so nothing is written.
+    frozen = tick.status
+    tick.now = END + 3 * 60 * SECOND
+    plan = tick.run({JOBS: evidence(late, down, digests=digests)}, advance=timedelta(0))
+    assert (tick.status, without_offline(plan.events), plan.patches) == (frozen, [], ())
+
+
+def test_someone_else_s_rollout_after_the_window_gets_no_note_as_our_old_pods_crash() -> None:
+    """Our refresh to D2 was judged healthy; someone else then rolls out D3. A pod still on D2
+    crashing meanwhile is no reason to name our build: the workload runs theirs."""
+    tick = refreshed()
+    assert at(tick, END, jobs(D2), [healthy()]).phase is Phase.CURRENT
+    theirs = jobs(D3, generation=3, available=0)
+    pods = [
+        crashed(END + 30 * SECOND, name="jm-ours"),
+        a_pod("jm-theirs", container("api", ran(D3))),
+    ]
+    status = at(tick, END + 60 * SECOND, theirs, pods, follow_up=False)
+    verdict = Workload.from_api(theirs).verdict.message
+    assert (status.phase, status.refresh_attempts, status.failed) == (Phase.SKIPPING, 0, ())
+    assert status.message == f"not settled (1 of 8 ticks before Frozen): {verdict}"
+
+
+def test_a_target_current_at_first_sight_that_stops_settling_claims_no_judged_healthy() -> None:
+    """An adoption records lastGood but no lastRefresh: no refresh of ours was judged healthy,
+    so a crash of the build it runs is skipped with no such note."""
+    tick = HealthTick(spec(target("jobs-manager", api=JM)))
+    tick.run({JOBS: evidence(jobs(D2), [healthy()], digests={"api": D2})}, advance=timedelta(0))
+    status = tick.target("jobs-manager")
+    assert (status.phase, status.last_refresh) == (Phase.CURRENT, None)
+    assert status.last_good == {"api": f"docker.io/{JM_REPO}@{D2}"}
+    late = jobs(D2, available=0)
+    status = at(tick, T0 + 60 * SECOND, late, [crashed(T0 + 30 * SECOND)], follow_up=False)
+    verdict = Workload.from_api(late).verdict.message
+    assert status.phase is Phase.SKIPPING
+    assert status.message == f"not settled (1 of 8 ticks before Frozen): {verdict}"
 
 
 def test_the_window_s_end_is_the_follow_up_deadline_and_its_pods_are_followed() -> None:

@@ -171,6 +171,25 @@ def test_a_verdict_of_the_targets_evidence_counts_as_one_in_memory() -> None:
     assert verdict(patch(f"{REPO}@{D_NEW}"), tick) == ()
 
 
+def test_a_verdict_of_a_target_s_evidence_counts_when_a_target_before_it_was_not_read() -> None:
+    """``gone`` comes first in the spec and was not read this tick: ``jobs-manager``'s verdict
+    after it still clears its write."""
+    fields = {"verify": {"publicKeys": [KEY.pem]}}
+    tick = Tick(
+        spec(
+            target("gone", api="tracebloc/jobs-manager:prod"),
+            target("jobs-manager", api="tracebloc/jobs-manager:prod"),
+            **fields,
+        )
+    )
+    signed = Verified(digest=D_NEW, key=KEY.fingerprint, format="bundle")
+    work = deployment("jobs-manager", {"api": f"{REPO}@{D_RUNS}"}, replicas=2)
+    pods = [pod(f"jm-{i}", {"api": f"{REPO}@{D_RUNS}"}) for i in range(2)]
+    found = evidence(work, pods, {"api": D_NEW}, signatures={"api": signed})
+    read = tick.input({JOBS: found}, {HUB: budget(HUB[0], 100)})
+    assert verdict(patch(f"{REPO}@{D_NEW}"), read) == ()
+
+
 # --- failed builds -------------------------------------------------------------------------
 
 

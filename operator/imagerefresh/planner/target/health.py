@@ -176,7 +176,8 @@ def _builds(decision: Decision, pending: PendingRefresh) -> dict[str, Resolved]:
         try:
             digest = parse(image).digest
         except InvalidReference:
-            continue
+            # Never taken: PendingRefresh parsed each of its images when the status was read.
+            continue  # pragma: no mutate: unreachable, pending images are validated on read
         if digest is None:
             continue
         outcome = decision.evidence.digests.get(name)
