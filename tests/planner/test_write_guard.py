@@ -30,6 +30,7 @@ from imagerefresh.planner import (
     permits,
 )
 from imagerefresh.planner.actions import HelperPodCreate
+from imagerefresh.planner.evidence import TargetEvidence
 from imagerefresh.planner.helperpod import Placement, helper_manifest
 from imagerefresh.signatures import Verified
 
@@ -458,13 +459,23 @@ def test_a_refresh_over_the_reserve_is_refused_with_the_budget_s_own_words() -> 
     )
 
 
-def test_a_target_whose_evidence_was_not_read_proves_nothing_ran() -> None:
+def test_a_write_to_a_target_whose_evidence_was_not_read_is_refused() -> None:
+    # Unread, nothing is proven to have run, and the pulls a write causes are unknown.
     tick = tick_input()
     unread = replace(tick, evidence={})
     rollback = patch(f"{REPO}@{D_RUNS}", purpose=PatchPurpose.ROLLBACK, expected=f"{REPO}@{D_NEW}")
+    refresh = patch(f"{REPO}@{D_NEW}", pulls=0)
     assert verdict(rollback, tick) == ()  # its pods run it
-    assert verdict(rollback, unread) == (
-        f"api: {REPO}@{D_RUNS} is not an image the workload is proven to have run",
+    why = "the workload was not read this tick: nothing is written without its evidence"
+    assert verdict(rollback, unread) == (why,)
+    assert verdict(refresh, unread) == (why,)
+
+
+def test_a_write_to_a_workload_found_absent_is_refused() -> None:
+    tick = tick_input()
+    absent = replace(tick, evidence={JOBS: TargetEvidence()})
+    assert verdict(patch(f"{REPO}@{D_NEW}"), absent) == (
+        "the workload was not found: nothing is written without its evidence",
     )
 
 

@@ -206,6 +206,10 @@ def _refusals(write: Write, permits: Permits) -> list[str]:
             for image in _pod_images(write)
             if (problem := _pod_image(image, rules, permits)) is not None
         ]
+    if rules.evidence.workload is None:
+        # Unread (or absent): what the patch moves, and the pulls it causes, are unknown.
+        why = rules.evidence.error or "the workload was not found"
+        return [f"{why}: nothing is written without its evidence"]
     rollback = _rollback(write)
     reasons = []
     for change in write.changes:
