@@ -218,3 +218,33 @@ def test_status_round_trips_through_its_api_form() -> None:
     }
     status = PolicyStatus.model_validate(raw)
     assert status.to_api() == raw
+
+
+@pytest.mark.parametrize(
+    ("fields", "where"),
+    [
+        ({"healthyFor": "61m"}, ()),
+        ({"healthyFor": "-1s"}, ()),
+        (
+            {
+                "targets": [
+                    {
+                        "kind": "Deployment",
+                        "name": "x",
+                        "healthyFor": "2h",
+                        "containers": [{"name": "a", "image": "a"}],
+                    }
+                ]
+            },
+            ("targets", 0, "healthyFor"),
+        ),
+    ],
+)
+def test_a_health_window_outside_0s_to_1h_is_rejected_in_these_exact_words(
+    fields: dict[str, Any], where: tuple[object, ...]
+) -> None:
+    # The API user reads this message whole on a rejected apply: pin it, not a fragment of it.
+    with pytest.raises(ValidationError) as raised:
+        PolicySpec.model_validate(policy(**fields))
+    errors = {(error["loc"], error["msg"]) for error in raised.value.errors()}
+    assert (where, "Value error, healthyFor must be between 0s and 1h") in errors
