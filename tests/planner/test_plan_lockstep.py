@@ -341,6 +341,30 @@ def test_a_group_the_pull_budget_cannot_cover_at_once_is_deferred_as_a_whole() -
     assert tick.condition("RateLimited").status == "True"
 
 
+def test_two_groups_one_target_ties_together_are_deferred_as_one_naming_both_references() -> None:
+    # jobs-manager is in both groups (api with requests-proxy, its monitor with sidecar), so
+    # the three refreshes spend the budget as one unit: 4 pulls do not fit in the 3 above the
+    # reserve, and the message names each reference that ties them, not only the first.
+    tick = edge(target("sidecar", monitor=PM), pullBudget={"reserve": 2})
+    found = seen(jobs(D1), proxy(D1), monitor=P2)
+    found[key("sidecar")] = evidence(
+        deployment("sidecar", {"monitor": f"{PM_REPO}@{P1}"}), digests={"monitor": P2}
+    )
+    budgets = {("registry-1.docker.io", "anonymous"): budget("registry-1.docker.io", 5)}
+    plan = tick.run(found, budgets)
+    assert plan.patches == ()
+    for name in ("jobs-manager", "requests-proxy", "sidecar"):
+        assert tick.target(name).phase is Phase.DEFERRED
+        assert tick.target(name).message == (
+            f"deferred: lockstep: {GROUP}, docker.io/tracebloc/pods-monitor:prod moves "
+            "together, and the pull budget does not cover all of its refreshes at once "
+            "(Deployment tracebloc/jobs-manager, Deployment tracebloc/requests-proxy, "
+            "Deployment tracebloc/sidecar): registry-1.docker.io for anonymous has 5 pulls "
+            "left of 100 per 21600s; their 3 refreshes need 4 and 2 stay reserved for the "
+            "kubelet"
+        )
+
+
 def test_a_group_the_pull_budget_covers_starts_together() -> None:
     tick = edge(pullBudget={"reserve": 2})
     budgets = {("registry-1.docker.io", "anonymous"): budget("registry-1.docker.io", 4)}
