@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from imagerefresh.planner import Workload
+from imagerefresh.runtime.kept import kept_workload
 
 from support.workloads import deployment
 
@@ -93,7 +94,9 @@ def test_the_newest_writer_of_the_image_is_named(entries: list[Any], named: str)
     assert with_managed_fields(*entries).image_managers == {"api": named}
 
 
-def test_the_writer_of_an_init_container_s_image_is_named() -> None:
+def test_the_writer_of_an_init_container_s_image_is_named_from_the_object_and_the_watch_copy() -> (
+    None
+):
     work = deployment("jobs-manager", {"app": "tracebloc/jobs-manager:prod"})
     work["spec"]["template"]["spec"]["initContainers"] = [
         {"name": "api", "image": "tracebloc/jobs-manager:prod"}
@@ -103,3 +106,6 @@ def test_the_writer_of_an_init_container_s_image_is_named() -> None:
     ]
     work["metadata"]["managedFields"] = [owning("helm", EARLY, IMAGE, "f:initContainers")]
     assert Workload.from_api(work).image_managers == {"api": "helm"}
+    # The watch keeps only who set each image, rebuilt from what image_owners found, under the
+    # section it found it in: a tick fed by the watch copy names the same writer.
+    assert Workload.from_api(kept_workload(work)).image_managers == {"api": "helm"}
