@@ -970,6 +970,31 @@ def test_a_daemonset_crashing_on_two_nodes_names_the_first_crash_and_both_nodes(
     )
 
 
+def test_a_daemonset_crash_in_a_pod_with_an_empty_node_name_names_no_node() -> None:
+    # An empty nodeName places the pod nowhere: the message names no node, and no empty one.
+    tick = HealthTick(spec(target("resource-monitor", "DaemonSet", AGENTS, monitor=RM)))
+    tick.run({MONITOR: evidence(agents(D1, 1), digests={"monitor": D2})}, advance=timedelta(0))
+    tick.now = SETTLED
+    pods = [agent(n) for n in ("node-a", "node-b")]
+    tick.run(
+        {MONITOR: evidence(agents(D2, 2), pods, digests={"monitor": D2})}, advance=timedelta(0)
+    )
+    at = SETTLED + 12 * SECOND
+    pods.append(agent("", restarts=1, last=ended(1, at), since=at + SECOND))
+    tick.now = SETTLED + 13 * SECOND
+    tick.run(
+        {MONITOR: evidence(agents(D2, 2), pods, digests={"monitor": D2})}, advance=timedelta(0)
+    )
+    status = tick.target("resource-monitor", "DaemonSet", AGENTS)
+    assert rolled_back(status)
+    assert status.message == (
+        "refresh failed (attempt 1 of 3): the new build crashed within its health window "
+        f"(healthyFor 1m0s, until {format_timestamp(END)}): container monitor ({D2[:19]}…) in "
+        "pod agent- restarted after exit code 1 (Error) at "
+        f"{format_timestamp(at)}; rolling back"
+    )
+
+
 def test_a_daemonset_whose_agents_stay_up_on_every_node_is_current_at_the_window_s_end() -> None:
     tick = HealthTick(spec(target("resource-monitor", "DaemonSet", AGENTS, monitor=RM)))
     tick.run({MONITOR: evidence(agents(D1, 1), digests={"monitor": D2})}, advance=timedelta(0))
