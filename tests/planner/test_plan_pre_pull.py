@@ -12,6 +12,7 @@ import pytest
 from imagerefresh.models import Phase, PolicyStatus, SeenDigest
 from imagerefresh.offline import NodeInventory, node_images
 from imagerefresh.planner import plan_tick
+from imagerefresh.planner.actions import HelperPodDelete
 from imagerefresh.planner.helperpod import LABEL, Placement, RunAs, helper_manifest
 from imagerefresh.planner.podguard import unsafe_pod
 from imagerefresh.planner.target.prepull import PRE_PULL_POLL
@@ -811,3 +812,28 @@ def test_a_node_holds_a_two_container_pre_pull_only_once_it_holds_both_images() 
     plan = tick.run({key("api"): found}, advance=timedelta(seconds=5))
     assert plan.patches == ()
     assert "0/1 nodes hold it, waiting for n1" in tick.target("api").message
+
+
+def test_every_target_s_leftover_helpers_are_deleted_in_its_own_namespace() -> None:
+    # Three agents, none pre-pulling: the first's helpers were not read this tick, the others'
+    # were and are left over. Each helper is deleted where its target runs, naming that
+    # target; a target whose helpers are unknown neither deletes any nor stops the others.
+    names = {"agent": AGENT_NS, "edge": "edge", "probe": "probes"}
+    tick = Tick(
+        spec(*(target(n, kind="DaemonSet", namespace=ns, agent=RM) for n, ns in names.items()))
+    )
+    tick.pre_pull_pods = True
+    found = {}
+    for name, namespace in names.items():
+        leftovers = None if name == "agent" else [helper("n1", name=f"{name}-pull-n1")]
+        found[key(name, "DaemonSet", namespace)] = evidence(
+            daemonset(name, {"agent": f"tracebloc/resource-monitor@{D0}"}, namespace=namespace),
+            digests={"agent": D0},
+            helpers=leftovers,
+        )
+    plan = tick.run(found)
+    uid = f"uid-n1-{WANTED[-4:]}"
+    assert plan.pod_deletes == (
+        HelperPodDelete(key("edge", "DaemonSet", "edge"), "edge", "edge-pull-n1", uid),
+        HelperPodDelete(key("probe", "DaemonSet", "probes"), "probes", "probe-pull-n1", uid),
+    )
