@@ -73,7 +73,8 @@ def _timestamp(value: object) -> datetime | None:
     if not isinstance(value, str):
         return None
     try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+        # Python reads the API's "Z" itself (3.11 on, the floor this package requires).
+        return datetime.fromisoformat(value)
     except ValueError:
         return None
 
