@@ -190,3 +190,34 @@ def test_a_tag_whose_pods_run_a_platform_manifest_is_rolled_back_to_its_verified
     children = {index: frozenset({platform}), other: frozenset({digest("linux/arm64")})}
     tick, plan = owed_then_verify(f"{REPO}:prod", ran_on(platform), {index, other}, children)
     assert sent_again(tick, plan) == f"{REPO}@{index}"
+
+
+def test_a_rollback_to_a_build_that_failed_here_is_refused_leaving_the_target_as_it_runs() -> None:
+    d3 = digest(3)
+
+    def runs(image_digest: str, tag_answers: str, **fields: Any) -> dict[Any, TargetEvidence]:
+        """jobs-manager's ``api`` pinned to ``image_digest``, its pods running it."""
+        template = deployment("jobs-manager", {"api": f"{REPO}@{image_digest}"}, **fields)
+        return {JOBS: evidence(template, ran_on(image_digest), {"api": tag_answers})}
+
+    tick = Tick(spec(target("jobs-manager", api=JM)))
+    tick.run(runs(D1, D2))
+    tick.run(runs(D2, D2, generation=2, available=0, conditions=FAILED))  # D2 fails, rolled back
+    tick.run(runs(D1, D2, generation=3))
+    assert [b.digest for b in tick.target("jobs-manager").failed] == [D2]
+    # Someone sets the failed D2 by hand; the tag then moves on to D3, which fails too.
+    tick.run(runs(D2, D2, generation=4))
+    assert [p.changes[0].image for p in tick.run(runs(D2, d3, generation=4)).patches] == [
+        f"{REPO}@{d3}"
+    ]
+    plan = tick.run(runs(d3, d3, generation=5, available=0, conditions=FAILED))
+    failed_here = (
+        f"Deployment tracebloc/jobs-manager is not rolled back: api would go back to "
+        f"{REPO}@{D2}, a build that failed here. It stays on what it runs; roll it back by hand, "
+        "or push a fixed build"
+    )
+    assert plan.patches == ()  # never back to a build that failed here
+    refused = tick.target("jobs-manager")
+    assert (refused.phase, refused.pending) == (Phase.REFUSED, None)
+    assert refused.message == f"refresh failed (attempt 2 of 3): {WHY}; {failed_here}"
+    assert warnings(plan)[-1] == ("RollbackNotAllowed", failed_here)
