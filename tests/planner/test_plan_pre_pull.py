@@ -811,3 +811,29 @@ def test_a_node_holds_a_two_container_pre_pull_only_once_it_holds_both_images() 
     plan = tick.run({key("api"): found}, advance=timedelta(seconds=5))
     assert plan.patches == ()
     assert "0/1 nodes hold it, waiting for n1" in tick.target("api").message
+
+
+def test_a_pre_pull_in_flight_is_dropped_when_the_policy_is_suspended_and_starts_afresh_after() -> (
+    None
+):
+    tick = pre_pulling()
+    run(tick, [])
+    kept = [helper("n1", pulled=True), helper("n2"), helper("n3")]
+    tick.spec = tick.spec.model_copy(update={"suspend": True})
+    plan = run(tick, kept)
+    # A decision that ends outside the pre-pull step drops its intent, and its helpers go.
+    assert status(tick).phase is Phase.SUSPENDED
+    assert status(tick).pre_pull is None
+    assert sorted(d.name for d in plan.pod_deletes) == sorted(h["metadata"]["name"] for h in kept)
+    tick.spec = tick.spec.model_copy(update={"suspend": False})
+    resumed_at = tick.now
+    plan = run(tick, [])
+    # So a resumed policy starts the pre-pull anew: its own clock, and it says so again.
+    assert status(tick).pre_pull.started_at == resumed_at
+    assert pre_pull_events(plan) == [
+        (
+            "Normal",
+            "PrePulling",
+            f"pre-pulling {PLAN} onto 3 node(s) before the patch: n1, n2, n3",
+        )
+    ]
