@@ -837,3 +837,29 @@ def test_every_target_s_leftover_helpers_are_deleted_in_its_own_namespace() -> N
         HelperPodDelete(key("edge", "DaemonSet", "edge"), "edge", "edge-pull-n1", uid),
         HelperPodDelete(key("probe", "DaemonSet", "probes"), "probes", "probe-pull-n1", uid),
     )
+
+
+def test_a_pre_pull_in_flight_is_dropped_when_the_policy_is_suspended_and_starts_afresh_after() -> (
+    None
+):
+    tick = pre_pulling()
+    run(tick, [])
+    kept = [helper("n1", pulled=True), helper("n2"), helper("n3")]
+    tick.spec = tick.spec.model_copy(update={"suspend": True})
+    plan = run(tick, kept)
+    # A decision that ends outside the pre-pull step drops its intent, and its helpers go.
+    assert status(tick).phase is Phase.SUSPENDED
+    assert status(tick).pre_pull is None
+    assert sorted(d.name for d in plan.pod_deletes) == sorted(h["metadata"]["name"] for h in kept)
+    tick.spec = tick.spec.model_copy(update={"suspend": False})
+    resumed_at = tick.now
+    plan = run(tick, [])
+    # So a resumed policy starts the pre-pull anew: its own clock, and it says so again.
+    assert status(tick).pre_pull.started_at == resumed_at
+    assert pre_pull_events(plan) == [
+        (
+            "Normal",
+            "PrePulling",
+            f"pre-pulling {PLAN} onto 3 node(s) before the patch: n1, n2, n3",
+        )
+    ]

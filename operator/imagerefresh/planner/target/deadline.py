@@ -44,7 +44,7 @@ def track_progress(
     return tracked
 
 
-def controller_failed(decision: Decision, workload: Workload, pending: PendingRefresh) -> bool:
+def controller_failed(workload: Workload, pending: PendingRefresh) -> bool:
     """Whether the workload's controller reports our rollout failed — not a failure of the
     rollout before it that its status still shows (:meth:`RolloutVerdict.failed_since`)."""
     return workload.verdict.failed_since(pending.started_at)

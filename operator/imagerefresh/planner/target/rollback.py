@@ -97,7 +97,7 @@ def judge_rollback(
         decision.update(pending=None)
         decision.event("Normal", reasons.ROLLED_BACK, f"{decision.key} rolled back to {restored}")
         return None
-    failed = controller_failed(decision, workload, pending)
+    failed = controller_failed(workload, pending)
     if failed or timed_out(decision, pending):
         # Never roll back a rollback: stop following it; the skip streak takes over.
         decision.update(pending=None)

@@ -72,9 +72,7 @@ def judge_refresh(
     # A crash inside the window fails it even when it is first seen after the window's end.
     crashed = crashes_of(decision, pending, window)
     healthy = rolled and not crashed and (not window.length or window.over(now))
-    stuck = not rolled and (
-        controller_failed(decision, workload, pending) or timed_out(decision, pending)
-    )
+    stuck = not rolled and (controller_failed(workload, pending) or timed_out(decision, pending))
     failed = bool(crashed) or stuck
     result = Result.SETTLED if healthy else Result.FAILED if failed else Result.IN_FLIGHT
     decision.outcome.judged = Judged(pending, result)
@@ -94,7 +92,7 @@ def judge_refresh(
         return _fail_refresh(decision, workload, pending, why, blamed)
     if rolled:
         return decision.finish(Phase.REFRESHING, watching_message(window))
-    if controller_failed(decision, workload, pending):
+    if controller_failed(workload, pending):
         return _fail_refresh(decision, workload, pending, workload.verdict.message)
     if timed_out(decision, pending):
         return _fail_refresh(decision, workload, pending, stalled(decision, pending))
