@@ -2,11 +2,13 @@
 
 Every condition is always present: a False condition says why it is False (its own reason, an
 empty message), a True one names the targets it is about; an SRE's alert matches on the reason
-and reads the message. Only Ready turning True, and Degraded or RateLimited changing, post an
-event about the policy.
+and reads the message. Only Ready turning True, Degraded or RateLimited changing, and
+OfflineReady reaching a verdict (True or False) post an event about the policy.
 """
 
 from __future__ import annotations
+
+import pytest
 
 from imagerefresh.planner import Event
 
@@ -17,6 +19,10 @@ D1, D2 = digest(1), digest(2)
 JM_REPO = "tracebloc/jobs-manager"
 NAMES = ("jobs-manager", "requests-proxy")
 HUB = "registry-1.docker.io"
+PINNED = {"api": f"{JM_REPO}@{D1}"}
+# A pinned workload scaled to zero: no pod proves that any node holds its image.
+NO_POD = "no pods prove it: no pod of the workload runs on any node (scaled to zero?)"
+OFFLINE_REASONS = {"RestartsOffline", "NeedsRegistryToRestart", "OfflineNotAssessed"}
 
 
 def conditions(tick: Tick) -> dict[str, tuple[str, str, str]]:
@@ -25,6 +31,10 @@ def conditions(tick: Tick) -> dict[str, tuple[str, str, str]]:
 
 def policy_events(plan_events: tuple[Event, ...]) -> list[Event]:
     return [e for e in plan_events if e.target is None]
+
+
+def offline_events(plan_events: tuple[Event, ...]) -> list[Event]:
+    return [e for e in policy_events(plan_events) if e.reason in OFFLINE_REASONS]
 
 
 def policy_events_but_offline(plan_events: tuple[Event, ...]) -> list[Event]:
@@ -112,3 +122,84 @@ def test_a_suspended_policy_is_not_ready_and_says_so() -> None:
     tick = Tick(spec(target("jobs-manager", api=JM), suspend=True))
     tick.run({key("jobs-manager"): evidence(deployment("jobs-manager", {"api": JM}))})
     assert conditions(tick)["Ready"] == ("False", "Suspended", "the policy is suspended")
+
+
+def test_a_suspended_policy_leaves_offline_readiness_unknown_and_says_so() -> None:
+    tick = Tick(spec(target("jobs-manager", api=JM), suspend=True))
+    plan = tick.run({key("jobs-manager"): evidence(deployment("jobs-manager", {"api": JM}))})
+    assert conditions(tick)["OfflineReady"] == (
+        "Unknown",
+        "OfflineNotAssessed",
+        "not assessed: the policy is suspended",
+    )
+    assert offline_events(plan.events) == []
+
+
+@pytest.mark.parametrize(
+    ("count", "rest"),
+    [(1, ""), (5, ""), (6, "; and 1 more"), (8, "; and 3 more")],
+)
+def test_offline_ready_false_names_the_first_five_containers_and_counts_the_rest(
+    count: int, rest: str
+) -> None:
+    names = [f"edge-{n}" for n in range(count)]
+    tick = Tick(spec(*(target(n, api=JM) for n in names)))
+    plan = tick.run({key(n): evidence(deployment(n, PINNED), digests={"api": D1}) for n in names})
+    named = "; ".join(f"Deployment tracebloc/{n}: api: {NO_POD}" for n in names[:5])
+    expected = ("False", "NeedsRegistryToRestart", named + rest)
+    assert conditions(tick)["OfflineReady"] == expected
+    # Never set before, the condition counts as Unknown: its first verdict, False, warns.
+    assert offline_events(plan.events) == [Event("Warning", *expected[1:])]
+
+
+def test_offline_ready_warns_when_lost_is_announced_when_regained_quiet_when_unknown() -> None:
+    tick = Tick(spec(target("jobs-manager", api=JM)))
+    scaled_to_zero = {
+        key("jobs-manager"): evidence(deployment("jobs-manager", PINNED), digests={"api": D1})
+    }
+    running = {
+        key("jobs-manager"): evidence(
+            deployment("jobs-manager", PINNED),
+            [pod("p", PINNED, node="edge-1", images=PINNED)],
+            digests={"api": D1},
+        )
+    }
+    lost = Event(
+        "Warning",
+        "NeedsRegistryToRestart",
+        "Deployment tracebloc/jobs-manager: api: no pods prove it: "
+        "no pod of the workload runs on any node (scaled to zero?)",
+    )
+    assert offline_events(tick.run(scaled_to_zero).events) == [lost]
+    assert offline_events(tick.run(scaled_to_zero).events) == []
+    assert offline_events(tick.run(running).events) == [
+        Event(
+            "Normal",
+            "RestartsOffline",
+            "the pods of all 1 targets would restart with the registry unreachable",
+        )
+    ]
+    plan = tick.run({key("jobs-manager"): evidence(None)})
+    assert conditions(tick)["OfflineReady"] == (
+        "Unknown",
+        "OfflineNotAssessed",
+        "not assessed: Deployment tracebloc/jobs-manager",
+    )
+    assert offline_events(plan.events) == []
+    assert offline_events(tick.run(scaled_to_zero).events) == [lost]
+
+
+def test_a_deleted_workload_drops_the_offline_verdict_it_had() -> None:
+    tick = Tick(spec(target("jobs-manager", api=JM)))
+    running = [pod("p", PINNED, node="edge-1", images=PINNED)]
+    found = evidence(deployment("jobs-manager", PINNED), running, digests={"api": D1})
+    tick.run({key("jobs-manager"): found})
+    assert conditions(tick)["OfflineReady"][0] == "True"
+    tick.run({key("jobs-manager"): evidence(None)})
+    # Gone, it proves nothing about a restart: the old verdict would outlive the workload.
+    assert [c.offline for c in tick.target("jobs-manager").containers] == [None]
+    assert conditions(tick)["OfflineReady"] == (
+        "Unknown",
+        "OfflineNotAssessed",
+        "not assessed: Deployment tracebloc/jobs-manager",
+    )

@@ -863,3 +863,39 @@ def test_a_pre_pull_in_flight_is_dropped_when_the_policy_is_suspended_and_starts
             f"pre-pulling {PLAN} onto 3 node(s) before the patch: n1, n2, n3",
         )
     ]
+
+
+@pytest.mark.parametrize(
+    ("runs", "listed"),
+    [
+        pytest.param(f"docker.io/tracebloc/resource-monitor@{D1}", (), id="a-pod-runs-the-first"),
+        pytest.param(f"docker.io/tracebloc/resource-monitor@{D0}", (PULLED,), id="n1-lists-it"),
+    ],
+)
+def test_one_image_proven_on_a_node_leaves_the_other_to_a_helper_there(
+    runs: str, listed: tuple[str, ...]
+) -> None:
+    # n1 is proven to hold the new resource-monitor build (a pod there runs it, or the node
+    # lists it), never the new pods-monitor one: it still needs a helper, and nothing is patched.
+    work = deployment(
+        "api",
+        {"api": f"tracebloc/resource-monitor@{D0}", "side": f"tracebloc/pods-monitor@{D0}"},
+        replicas=1,
+    )
+    work["metadata"]["uid"], work["apiVersion"] = UID, "apps/v1"
+    running = {"api": runs, "side": f"docker.io/tracebloc/pods-monitor@{D0}"}
+    tick = Tick(spec(target("api", api=RM, side=PM), prePull=True, pullBudget={"reserve": 0}))
+    tick.pre_pull_pods = True
+    tick.nodes = NodeInventory(
+        dict(
+            [
+                node_images(
+                    {"metadata": {"name": "n1"}, "status": {"images": [{"names": list(listed)}]}}
+                )
+            ]
+        )
+    )
+    found = evidence(work, [pod("api-0", running, node="n1")], {"api": D1, "side": D2}, helpers=[])
+    plan = tick.run({key("api"): found}, advance=timedelta(seconds=5))
+    assert plan.patches == ()
+    assert [(c.node, c.pulls) for c in plan.pod_creates] == [("n1", (((HUB, "anonymous"), 2),))]

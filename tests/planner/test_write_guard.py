@@ -30,7 +30,7 @@ from imagerefresh.planner import (
     permits,
 )
 from imagerefresh.planner.actions import HelperPodCreate
-from imagerefresh.planner.evidence import TargetEvidence
+from imagerefresh.planner.evidence import TargetEvidence, Workload
 from imagerefresh.planner.helperpod import Placement, helper_manifest
 from imagerefresh.signatures import Verified
 
@@ -533,3 +533,73 @@ def test_a_refresh_charges_nothing_only_for_a_build_every_node_is_proven_to_hold
     running: dict[str, str], listed: tuple[str, ...], reasons: tuple[str, ...]
 ) -> None:
     assert verdict(patch(f"{REPO}@{D_NEW}", pulls=0), on_nodes(running, listed)) == reasons
+
+
+# --- what live evidence proves: no pods, platform manifests, indexes read this tick ----------
+
+
+def with_evidence(tick: TickInput, **changes: Any) -> TickInput:
+    """``tick`` with jobs-manager's evidence changed."""
+    return replace(tick, evidence={JOBS: replace(tick.evidence[JOBS], **changes)})
+
+
+def test_pinning_a_workload_scaled_to_zero_still_waits_for_its_cooldown() -> None:
+    # No pod runs anything: with none, "every pod runs it already" proves nothing.
+    tick = tick_input(minimum_age="1h", seen_since=T0, live=f"{REPO}:prod", running=D_NEW)
+    scaled = Workload.from_api(deployment("jobs-manager", {"api": f"{REPO}:prod"}, replicas=0))
+    pin = patch(f"{REPO}@{D_NEW}", expected=f"{REPO}:prod", pulls=0)
+    assert verdict(pin, with_evidence(tick, workload=scaled, pods=())) == (
+        f"api: {D_NEW} is cooling down until 2026-11-29T13:00:00+00:00",
+    )
+
+
+def test_an_index_each_pod_runs_a_manifest_of_is_pinned_with_no_cooldown_or_pull() -> None:
+    # The registry's answer for the tag names D_ARM a platform manifest of D_NEW.
+    tick = tick_input(minimum_age="1h", seen_since=T0, live=f"{REPO}:prod", running=D_ARM)
+    answered = with_evidence(tick, digests={"api": Resolved(D_NEW, frozenset({D_ARM}))})
+    pin = patch(f"{REPO}@{D_NEW}", expected=f"{REPO}:prod", pulls=0)
+    assert verdict(pin, answered) == ()
+
+
+D_OLD_ARM = digest("old, its linux/arm64 manifest")  # a platform manifest of the index D_OLD
+
+
+def test_a_rollback_to_an_index_read_this_tick_that_no_pod_runs_is_refused() -> None:
+    # Reading an index's children proves nothing by itself: a pod must run one of them.
+    tick = tick_input(live=f"{REPO}@{D_NEW}", running=D_RUNS)
+    read = with_evidence(tick, children={D_OLD: frozenset({D_OLD_ARM})})
+    rollback = patch(f"{REPO}@{D_OLD}", purpose=PatchPurpose.ROLLBACK, expected=f"{REPO}@{D_NEW}")
+    assert verdict(rollback, read) == (
+        f"api: {REPO}@{D_OLD} is not an image the workload is proven to have run",
+    )
+
+
+@pytest.mark.parametrize(
+    "answered",
+    [
+        pytest.param(Resolved(D_NEW), id="the-tag-answers-another-digest"),
+        # The tag moved back to D_OLD, its answer naming no platform manifest: the children
+        # read this tick still count.
+        pytest.param(Resolved(D_OLD), id="the-tag-answers-it-without-its-manifests"),
+    ],
+)
+def test_a_rollback_to_an_index_whose_platform_manifest_every_pod_runs_costs_no_pull(
+    answered: Resolved,
+) -> None:
+    tick = tick_input(live=f"{REPO}@{D_NEW}", running=D_OLD_ARM)
+    read = with_evidence(tick, children={D_OLD: frozenset({D_OLD_ARM})}, digests={"api": answered})
+    rollback = patch(
+        f"{REPO}@{D_OLD}", purpose=PatchPurpose.ROLLBACK, expected=f"{REPO}@{D_NEW}", pulls=0
+    )
+    assert verdict(rollback, read) == ()
+
+
+def test_a_cordoned_node_need_not_hold_a_build_for_the_refresh_to_cost_no_pull() -> None:
+    # Its pod is rescheduled onto a node that holds the build: only the others must hold it.
+    tick = on_nodes({"n1": D_RUNS, "n2": D_RUNS}, ("n1",))
+    assert tick.nodes is not None
+    cordoned = node_images({"metadata": {"name": "n2"}, "spec": {"unschedulable": True}})
+    assert cordoned is not None
+    nodes = NodeInventory({**tick.nodes.nodes, "n2": cordoned[1]})
+    assert verdict(patch(f"{REPO}@{D_NEW}", pulls=0), replace(tick, nodes=nodes)) == ()
+    assert verdict(patch(f"{REPO}@{D_NEW}", pulls=0), tick) == (UNCHARGED,)

@@ -177,13 +177,13 @@ def condition_events(old: Sequence[Condition], new: Sequence[Condition]) -> list
         if before.get(condition.type, _FIRST_STATUS.get(kind, "False")) == condition.status:
             continue
         if kind is ConditionType.OFFLINE_READY:
+            # A verdict either way is news; not assessed (Unknown) is not.
             if condition.status != "Unknown":
                 warning = condition.status == "False"
                 events.append(
                     Event("Warning" if warning else "Normal", condition.reason, condition.message)
                 )
-            continue
-        if kind in _WARN_WHEN_TRUE and condition.status == "True":
+        elif kind in _WARN_WHEN_TRUE and condition.status == "True":
             events.append(Event("Warning", condition.reason, condition.message))
         elif kind in _WARN_WHEN_TRUE or (
             kind is ConditionType.READY and condition.status == "True"

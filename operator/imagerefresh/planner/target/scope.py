@@ -56,7 +56,13 @@ def admit(decision: Decision, allowed: bool, claimed: str | None) -> Workload | 
         return decision.outcome
     workload = decision.evidence.workload
     if workload is None:
-        decision.update(pending=None)
+        # Not assessed either: the verdict of the workload that was there is of another time.
+        decision.update(
+            pending=None,
+            containers=tuple(
+                c.model_copy(update={"offline": None}) for c in decision.status.containers
+            ),
+        )
         return decision.finish(
             Phase.MISSING,
             f"{decision.key} does not exist; create it or remove it from the policy",
