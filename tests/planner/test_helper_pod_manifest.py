@@ -113,7 +113,16 @@ def workload(**template: Any) -> dict[str, Any]:
             Placement("apps/v1", "", "", UID),
             id="only-a-uid",
         ),
+        pytest.param(
+            # The owner reference names its owner at the version the API server served it at
+            # (apps/v1 for every kind today), never at a version assumed for it.
+            {**workload(), "apiVersion": "apps/v2"},
+            Placement("apps/v2", "DaemonSet", "agent", UID),
+            id="the-api-version-the-workload-is-served-at",
+        ),
         pytest.param({"metadata": {"name": "agent"}}, None, id="no-uid-nothing-could-own-it"),
+        pytest.param({"metadata": {"uid": ""}}, None, id="an-empty-uid-nothing-could-own-it"),
+        pytest.param({"metadata": {"uid": 7}}, None, id="a-uid-that-is-no-string"),
     ],
 )
 def test_a_placement_is_read_from_the_workload_as_it_is_inventing_nothing(

@@ -335,6 +335,12 @@ def terminated(**fields: Any) -> Json:
 
 
 BACKING_OFF: Json = {"waiting": {"reason": "CrashLoopBackOff"}}
+LONG_REASON = "ContainerTerminatedByTheRuntimeAfterItsHealthProbeTimedOutTwiceInARow"
+
+
+def zoneless(at: datetime) -> str:
+    """``at`` as ISO 8601 without its zone, which no API server writes."""
+    return at.replace(tzinfo=None).isoformat()
 
 
 @pytest.mark.parametrize(
@@ -444,6 +450,31 @@ BACKING_OFF: Json = {"waiting": {"reason": "CrashLoopBackOff"}}
             SETTLED + 6 * SECOND,
             ("ended with exit code 1 (Error)", CREATED),
         ),
+        (  # times without a zone are no RFC 3339: unknown, as if not given
+            {
+                "restarts": 1,
+                "last": terminated(
+                    exitCode=1,
+                    reason="Error",
+                    startedAt=zoneless(SETTLED + SECOND),
+                    finishedAt=zoneless(SETTLED + 5 * SECOND),
+                ),
+                "since": SETTLED + 20 * SECOND,
+            },
+            "node-a",
+            END + 5 * SECOND,
+            ("restarted after exit code 1 (Error)", CREATED),
+        ),
+        (  # the kubelet's reason is shown up to 64 characters, however long it is
+            {
+                "restarts": 1,
+                "last": ended(1, SETTLED + 5 * SECOND, LONG_REASON),
+                "since": SETTLED + 6 * SECOND,
+            },
+            "node-a",
+            SETTLED + 7 * SECOND,
+            (f"restarted after exit code 1 ({LONG_REASON[:64]})", SETTLED + 5 * SECOND),
+        ),
     ],
     ids=[
         "no-node",
@@ -458,6 +489,8 @@ BACKING_OFF: Json = {"waiting": {"reason": "CrashLoopBackOff"}}
         "backing-off-before-a-restart-counted",
         "ended-inside-seen-after-the-end",
         "ended-without-times",
+        "times-without-a-zone-are-unknown",
+        "a-long-reason-cut-at-64-characters",
     ],
 )
 def test_the_failure_says_what_the_kubelet_reported_and_the_earliest_it_can_have_been(
@@ -713,6 +746,34 @@ def test_init_containers_completing_are_healthy_and_failing_ones_crash() -> None
     tick.now = SETTLED
     tick.run(world(retried), advance=timedelta(0))
     assert rolled_back(tick.target("jobs-manager"))
+
+
+def test_an_init_container_run_again_that_completes_again_is_healthy() -> None:
+    """A pod whose sandbox was recreated runs its init containers again (its restart count
+    grows): an init container that completed each time did what it is for, and the refresh
+    succeeds at the window's end; only a failed run of one is a crash."""
+    tick = HealthTick(spec(target("jobs-manager", migrate=JM, api=PM)))
+    images = {"api": f"{PM_REPO}@{D3}"}
+    start = deployment("jobs-manager", images, init_images={"migrate": f"{JM_REPO}@{D1}"})
+    digests = {"migrate": D2, "api": D3}
+    tick.run({JOBS: evidence(start, digests=digests)}, advance=timedelta(0))
+    after = deployment(
+        "jobs-manager", images, init_images={"migrate": f"{JM_REPO}@{D2}"}, generation=2
+    )
+    again = container(
+        "migrate",
+        ran(D2),
+        restarts=1,
+        last=ended(0, T0 + 4 * SECOND, "Completed", started=T0 + 3 * SECOND),
+        state=ended(0, T0 + 8 * SECOND, "Completed", started=T0 + 7 * SECOND),
+    )
+    pod = a_pod("jm-new", container("api", ran(D3, PM_REPO)), init=(again,))
+    for when in (SETTLED, SETTLED + 6 * SECOND, END):
+        tick.now = when
+        tick.run({JOBS: evidence(after, [pod], digests=digests)}, advance=timedelta(0))
+    status = tick.target("jobs-manager")
+    assert (status.phase, status.refresh_attempts, status.failed) == (Phase.CURRENT, 0, ())
+    assert status.message == "running the desired digests"
 
 
 # --- a window of 0, an override, what follows the window ------------------------------------
@@ -1065,11 +1126,11 @@ def test_a_lockstep_member_waits_for_its_window_and_a_crash_in_a_peer_s_rolls_bo
 
 
 def test_the_rule_reads_the_kubelet_s_container_statuses_and_keeps_only_trouble() -> None:
-    assert container_health(container("api", ran(D2))) is None
+    assert container_health(container("api", ran(D2)), init=False) is None
     done = container("migrate", ran(D2), state=ended(0, T0, "Completed"))
     assert container_health(done, init=True) is None
     found = container_health(
-        container("api", ran(D2), restarts=2, last=ended(137, T0, "OOMKilled"))
+        container("api", ran(D2), restarts=2, last=ended(137, T0, "OOMKilled")), init=False
     )
     assert found is not None
     assert (found.restarts, found.last.code, found.last.reason, found.last.at) == (

@@ -93,8 +93,9 @@ class ContainerHealth:
     last: Exit | None = None  # lastState.terminated: the instance before, restarted since
 
 
-def container_health(status: Mapping[str, Any], *, init: bool = False) -> ContainerHealth | None:
-    """What one ``containerStatuses[]`` entry says about crashes; None when it shows none."""
+def container_health(status: Mapping[str, Any], *, init: bool) -> ContainerHealth | None:
+    """What one ``containerStatuses[]`` (``init``: ``initContainerStatuses[]``) entry says about
+    crashes; None when it shows none."""
     restarts = int(status.get("restartCount") or 0)
     state = status.get("state") or {}
     last = (status.get("lastState") or {}).get("terminated")
