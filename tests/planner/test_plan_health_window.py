@@ -1006,14 +1006,20 @@ def test_a_daemonset_agent_crash_looping_on_any_one_node_fails_the_refresh_namin
     assert "in pod agent-node-b on node node-b" in status.message
 
 
-def test_a_daemonset_crashing_on_two_nodes_names_the_first_crash_and_both_nodes() -> None:
+def _settled_agents(*nodes: str) -> tuple[HealthTick, list[Json]]:
+    """A DaemonSet refreshed D1 -> D2 whose agents on ``nodes`` run D2, settled: its window open."""
     tick = HealthTick(spec(target("resource-monitor", "DaemonSet", AGENTS, monitor=RM)))
     tick.run({MONITOR: evidence(agents(D1, 1), digests={"monitor": D2})}, advance=timedelta(0))
     tick.now = SETTLED
-    pods = [agent(n) for n in ("node-a", "node-b", "node-c")]
+    pods = [agent(n) for n in nodes]
     tick.run(
         {MONITOR: evidence(agents(D2, 2), pods, digests={"monitor": D2})}, advance=timedelta(0)
     )
+    return tick, pods
+
+
+def test_a_daemonset_crashing_on_two_nodes_names_the_first_crash_and_both_nodes() -> None:
+    tick, pods = _settled_agents("node-a", "node-b", "node-c")
     first, second = SETTLED + 12 * SECOND, SETTLED + 20 * SECOND
     pods[0] = agent("node-a", restarts=1, last=ended(1, second), since=second + SECOND)
     pods[2] = agent("node-c", restarts=1, last=ended(1, first), since=first + SECOND)
@@ -1033,13 +1039,7 @@ def test_a_daemonset_crashing_on_two_nodes_names_the_first_crash_and_both_nodes(
 
 def test_a_daemonset_crash_in_a_pod_with_an_empty_node_name_names_no_node() -> None:
     # An empty nodeName places the pod nowhere: the message names no node, and no empty one.
-    tick = HealthTick(spec(target("resource-monitor", "DaemonSet", AGENTS, monitor=RM)))
-    tick.run({MONITOR: evidence(agents(D1, 1), digests={"monitor": D2})}, advance=timedelta(0))
-    tick.now = SETTLED
-    pods = [agent(n) for n in ("node-a", "node-b")]
-    tick.run(
-        {MONITOR: evidence(agents(D2, 2), pods, digests={"monitor": D2})}, advance=timedelta(0)
-    )
+    tick, pods = _settled_agents("node-a", "node-b")
     at = SETTLED + 12 * SECOND
     pods.append(agent("", restarts=1, last=ended(1, at), since=at + SECOND))
     tick.now = SETTLED + 13 * SECOND
