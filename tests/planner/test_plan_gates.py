@@ -242,6 +242,47 @@ def test_a_held_container_stays_while_the_others_refresh_and_the_worst_phase_win
     assert f"held: api: {D2}" in status.message
 
 
+@pytest.mark.parametrize("verdict_on_api", ["unsigned", "failed here"])
+def test_a_held_container_keeps_the_target_held_through_its_sibling_s_rollout(
+    verdict_on_api: str,
+) -> None:
+    """The monitor's refresh rolls out, then is watched; the api stays held all along: the
+    target never reads Refreshing in between, and the hold's Warning is posted once."""
+    tick = Tick(spec(target("jobs-manager", api=JM, **{"pods-monitor-container": PM}), **VERIFY))
+    api = untrusted(D2) if verdict_on_api == "unsigned" else verified(D2)
+    if verdict_on_api == "failed here":
+        failed = FailedBuild(digest=D2, at=T0 - timedelta(hours=1))
+        tick.status = PolicyStatus(
+            targets=(
+                TargetStatus(
+                    kind="Deployment",
+                    namespace="tracebloc",
+                    name="jobs-manager",
+                    phase=Phase.CURRENT,
+                    failed=(failed,),
+                ),
+            )
+        )
+    held = Phase.UNTRUSTED if verdict_on_api == "unsigned" else Phase.WAITING
+    reason = "Untrusted" if verdict_on_api == "unsigned" else "BuildFailed"
+    signed = {
+        "digests": {"api": D2, "pods-monitor-container": P2},
+        "signatures": {"api": api, "pods-monitor-container": verified(P2)},
+    }
+    five = timedelta(seconds=5)
+    first = tick.run({JOBS: evidence(jobs(D1, monitor=P1), **signed)}, advance=five)
+    assert reasons(first).count(reason) == 1
+    rolling = jobs(D1, monitor=P2, generation=2, available=0)
+    for workload in (rolling, jobs(D1, monitor=P2, generation=2)):
+        plan = tick.run({JOBS: evidence(workload, **signed)}, advance=five)
+        status = tick.target("jobs-manager")
+        assert status.pending is not None  # still our monitor's refresh, in flight
+        assert status.phase is held
+        assert f"held: api: {D2}" in status.message
+        assert reason not in reasons(plan)
+        assert plan.patches == ()
+
+
 def test_without_verify_signatures_are_neither_asked_for_nor_reported() -> None:
     tick = Tick(spec(target("jobs-manager", api=JM)))
     plan = one(tick, jobs(D1), digests={"api": D2}, signatures={"api": untrusted(D2)})

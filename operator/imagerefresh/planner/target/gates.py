@@ -24,23 +24,33 @@ what the rest came to (see :meth:`~.decision.Decision.finish`). A held container
 starting nor current, so a lockstep group with such a member holds, as it does for a Frozen one.
 
 The stage runs after the pending patch was judged and after the skip step: verdicts and
-rollbacks never pass through it, since a rollback restores what ran, whatever a gate says.
+rollbacks never pass through it, since a rollback restores what ran, whatever a gate says. While
+a refresh of ours rolls out, the containers it does not pin face the gates all the same
+(:func:`screen_bystanders`): a target with an unsigned sidecar stays Untrusted through its
+api's rollout instead of reading Refreshing in between, and the hold's Warning is posted once.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from imagerefresh.models import ContainerSpec, ContainerStatus, Phase, format_duration
+from imagerefresh.models import (
+    ContainerSpec,
+    ContainerStatus,
+    PendingRefresh,
+    Phase,
+    format_duration,
+)
 from imagerefresh.models.base import format_timestamp
 from imagerefresh.planner import reasons
 from imagerefresh.planner.cooldown import cooled_at
-from imagerefresh.planner.evidence import SignaturesUnreadable, SignaturesWaiting
-from imagerefresh.planner.target.compare import Comparison
+from imagerefresh.planner.evidence import SignaturesUnreadable, SignaturesWaiting, Workload
+from imagerefresh.planner.target.compare import Comparison, compare
 from imagerefresh.planner.target.decision import Decision, Hold, short
+from imagerefresh.reference import parse
 from imagerefresh.signatures import Untrusted, Verified
 
-__all__ = ["report_verified", "screen"]
+__all__ = ["report_verified", "screen", "screen_bystanders"]
 
 
 def screen(decision: Decision, comparison: Comparison) -> Comparison:
@@ -68,6 +78,30 @@ def screen(decision: Decision, comparison: Comparison) -> Comparison:
         drifted={n: d for n, d in comparison.drifted.items() if n not in holds},
         current={n: d for n, d in comparison.current.items() if n not in holds},
     )
+
+
+def screen_bystanders(decision: Decision, workload: Workload, pending: PendingRefresh) -> str:
+    """While ``pending`` rolls out, hold the containers it does not pin to their desired digest,
+    as a settled target would; the holds' note for the target's message ("" when none)."""
+    comparison = compare(decision, workload)
+    pinned = {name for name, image in pending.images.items() if _pins(image, comparison, name)}
+    screen(
+        decision,
+        replace(
+            comparison,
+            drifted={n: d for n, d in comparison.drifted.items() if n not in pinned},
+            current={n: d for n, d in comparison.current.items() if n not in pinned},
+        ),
+    )
+    held = "; ".join(hold.message for hold in decision.holds)
+    return f"; held: {held}" if held else ""
+
+
+def _pins(image: str, comparison: Comparison, name: str) -> bool:
+    """Whether the pending patch pins ``name`` to the digest it should run now (a tag that moved
+    on since is a new drift, and faces the gates)."""
+    desired = comparison.drifted.get(name) or comparison.current.get(name)
+    return desired is not None and parse(image).digest == desired
 
 
 def _signature(decision: Decision, name: str, digest: str) -> Hold | None:

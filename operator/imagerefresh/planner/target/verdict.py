@@ -34,7 +34,7 @@ from imagerefresh.planner.target.deadline import (
     track_progress,
 )
 from imagerefresh.planner.target.decision import Decision, TargetOutcome, short
-from imagerefresh.planner.target.gates import report_verified
+from imagerefresh.planner.target.gates import report_verified, screen_bystanders
 from imagerefresh.planner.target.health import (
     crashes_of,
     failure_message,
@@ -82,7 +82,7 @@ def judge_refresh(
     if result is not Result.FAILED and peers_failed is not None and rolls_back:
         return _roll_back_with_peers(decision, workload, pending, peers_failed)
     if healthy and decision.orders.hold_success is not None:
-        return _hold_success(decision, pending, decision.orders.hold_success)
+        return _hold_success(decision, workload, pending, decision.orders.hold_success)
     if healthy:
         _succeed(decision, pending)
         return None
@@ -91,12 +91,16 @@ def judge_refresh(
         blamed = {crash.container for crash in crashed}
         return _fail_refresh(decision, workload, pending, why, blamed)
     if rolled:
-        return decision.finish(Phase.REFRESHING, watching_message(window))
+        held = screen_bystanders(decision, workload, pending)
+        return decision.finish(Phase.REFRESHING, watching_message(window) + held)
     if controller_failed(workload, pending):
         return _fail_refresh(decision, workload, pending, workload.verdict.message)
     if timed_out(decision, pending):
         return _fail_refresh(decision, workload, pending, stalled(decision, pending))
-    return decision.finish(Phase.REFRESHING, f"rolling out our refresh: {workload.verdict.message}")
+    held = screen_bystanders(decision, workload, pending)
+    return decision.finish(
+        Phase.REFRESHING, f"rolling out our refresh: {workload.verdict.message}{held}"
+    )
 
 
 def _succeed(decision: Decision, pending: PendingRefresh) -> None:
@@ -112,13 +116,16 @@ def _succeed(decision: Decision, pending: PendingRefresh) -> None:
     decision.event("Normal", reasons.REFRESHED, f"{decision.key} rolled out {changed}{healthy}")
 
 
-def _hold_success(decision: Decision, pending: PendingRefresh, why: str) -> TargetOutcome:
+def _hold_success(
+    decision: Decision, workload: Workload, pending: PendingRefresh, why: str
+) -> TargetOutcome:
     """Settled, but a lockstep peer is still rolling out: not a success yet."""
     if pending.settled_at is None:
         decision.update(pending=pending.model_copy(update={"settled_at": decision.ctx.now}))
+    held = screen_bystanders(decision, workload, pending)
     return decision.finish(
         Phase.REFRESHING,
-        f"our refresh rolled out; {why}: it counts as refreshed once they have",
+        f"our refresh rolled out; {why}: it counts as refreshed once they have{held}",
     )
 
 
