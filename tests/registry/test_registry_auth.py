@@ -70,14 +70,22 @@ def test_a_token_is_served_only_for_its_own_scope_and_account() -> None:
 def test_a_discarded_token_is_not_served_again() -> None:
     cache = TokenCache()
     cache.put(KEY, "token", lifetime=300, now=0)
-    cache.discard(KEY)
+    cache.discard(KEY, "token")
     assert cache.get(KEY, now=1) is None
     assert len(cache) == 0
 
 
 def test_discarding_a_token_never_cached_is_harmless() -> None:
-    # The client discards the token of every 401 it meets, including the first contact's.
     cache = TokenCache()
-    cache.discard(KEY)
+    cache.discard(KEY, "token")
     cache.put(KEY, "token", lifetime=300, now=0)
     assert cache.get(KEY, now=1) == "token"
+
+
+def test_discarding_a_token_keeps_the_newer_one_cached_since_it_was_sent() -> None:
+    # A request that drew a 401 with an old token must not throw away the fresh one a
+    # concurrent request fetched meanwhile.
+    cache = TokenCache()
+    cache.put(KEY, "fresh", lifetime=300, now=0)
+    cache.discard(KEY, "old")
+    assert cache.get(KEY, now=1) == "fresh"

@@ -76,6 +76,22 @@ async def test_steady_state_costs_one_head_and_no_manifest_get(
     assert [r.status for r in hub_front.served if r.kind == "manifest"] == [401] + [200] * 5
 
 
+async def test_requests_meeting_the_challenge_together_share_one_token(
+    hub_front: HubFront, pusher: ImagePusher
+) -> None:
+    """The second request's 401 is read after the first one's token is cached and used: it
+    drew that 401 for want of a token, not because the token is bad, so it takes that token."""
+    hub_front.late_second_challenge = True
+    pushed = pusher.push("hub/together", "prod", seed="t")
+    async with client_for(hub_front.host) as client:
+        ref = parse(ref_at(hub_front, "hub/together"))
+        both = await asyncio.gather(client.resolve(ref), client.resolve(ref))
+    assert [r.digest for r in both] == [pushed.digest] * 2
+    assert hub_front.counts()[("token", "GET")] == 1
+    statuses = [r.status for r in hub_front.served if r.kind == "manifest"]
+    assert sorted(statuses) == [200, 200, 401, 401]
+
+
 async def test_one_token_per_scope_per_lifetime(hub_front: HubFront, pusher: ImagePusher) -> None:
     hub_front.token_lifetime = 300
     pusher.push("hub/a", "prod", seed="a")

@@ -75,6 +75,10 @@ class HubFront:
     delay_seconds: float = 0.0
     fail_status: int | None = None
     single_scope_tokens: bool = False
+    # Answer every challenge after the first only once a request carrying a token was served:
+    # two requests that met the challenge together, the second's 401 read after the first's
+    # token was in use.
+    late_second_challenge: bool = False
     # repository path → the identities that may read it; everyone else is answered 404.
     private: dict[str, frozenset[str]] = field(default_factory=dict)
 
@@ -85,6 +89,8 @@ class HubFront:
     _tokens: dict[str, tuple[str, frozenset[str], float]] = field(default_factory=dict)
     _remaining_by_identity: dict[str, int] = field(default_factory=dict)
     port: int = 0
+    _challenges: int = 0
+    _token_used: asyncio.Event | None = None
     _loop: asyncio.AbstractEventLoop | None = None
     _runner: web.AppRunner | None = None
     _thread: threading.Thread | None = None
@@ -121,6 +127,7 @@ class HubFront:
         return self
 
     async def _start_server(self) -> None:
+        self._token_used = asyncio.Event()
         app = web.Application()
         app.router.add_get("/token", self._token)
         app.router.add_route("*", "/v2/{tail:.*}", self._registry)
@@ -211,6 +218,10 @@ class HubFront:
         kind = "manifest" if is_manifest else "other"
         identity = self._authorized_identity(request, path) if is_manifest else "anonymous"
         if identity is None:
+            self._challenges += 1
+            if self.late_second_challenge and self._challenges > 1:
+                assert self._token_used is not None
+                await asyncio.wait_for(self._token_used.wait(), timeout=30)
             challenge = (
                 f'Bearer realm="http://{self.host}/token",service="{SERVICE}",'
                 f'scope="repository:{path}:pull"'
@@ -225,6 +236,8 @@ class HubFront:
                     headers={"WWW-Authenticate": challenge},
                 ),
             )
+        if self._token_used is not None:
+            self._token_used.set()
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:

@@ -72,8 +72,11 @@ class TokenCache:
         margin = min(EXPIRY_MARGIN_SECONDS, lifetime / 10)
         self._entries[key] = _Entry(token, now + lifetime - margin)
 
-    def discard(self, key: tuple[str, str, str, str]) -> None:
-        self._entries.pop(key, None)
+    def discard(self, key: tuple[str, str, str, str], token: str) -> None:
+        """Forget ``token`` for ``key``; a newer token cached since it was sent is kept."""
+        entry = self._entries.get(key)
+        if entry is not None and entry.token == token:
+            del self._entries[key]
 
     def __len__(self) -> int:
         return len(self._entries)

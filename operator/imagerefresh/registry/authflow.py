@@ -105,7 +105,13 @@ class Authenticator:
                 )
             self._challenges[(host, account_of(credentials))] = challenge
             # A token that drew a 401 is no good (expired early, or revoked): fetch afresh once.
-            self.tokens.discard(self._token_key(challenge, scope, credentials))
+            # A request that carried none drew it for want of one, and leaves alone the token a
+            # concurrent request fetched meanwhile (one token request per account, not per
+            # request racing it).
+            sent = headers.get("Authorization", "")
+            if sent.startswith("Bearer "):
+                key = self._token_key(challenge, scope, credentials)
+                self.tokens.discard(key, sent.removeprefix("Bearer "))
             headers.update(await self._auth_headers(challenge, host, scope, credentials))
             answer = await self.sender.send(
                 method, url, host, kind, credentials, headers=headers, limit=limit, handled=handled
