@@ -266,6 +266,29 @@ def test_a_missing_workload_is_missing_with_one_warning() -> None:
     assert tick.run({key("jobs-manager"): evidence(None)}).events == ()
 
 
+def test_a_workload_deleted_mid_refresh_drops_the_pending_refresh_it_had() -> None:
+    """Missing means nothing of ours is in flight there: status shows no refresh of a workload
+    that no longer exists, and one recreated later is compared afresh."""
+    tick = Tick(spec(target("jobs-manager", api=JM)))
+    five = timedelta(seconds=5)
+    jobs = key("jobs-manager")
+
+    def live(image: str, **fields: object) -> dict[str, object]:
+        return deployment("jobs-manager", {"api": f"{JM_REPO}@{image}"}, **fields)
+
+    tick.run({jobs: evidence(live(D1), digests={"api": D2})}, advance=five)
+    rolling = live(D2, generation=2, available=0)
+    tick.run({jobs: evidence(rolling, digests={"api": D2})}, advance=five)
+    assert tick.target("jobs-manager").pending is not None
+    tick.run({jobs: evidence(None)}, advance=five)
+    missing = tick.target("jobs-manager")
+    assert missing.phase is Phase.MISSING
+    assert missing.pending is None
+    plan = tick.run({jobs: evidence(live(D1), digests={"api": D2})}, advance=five)
+    assert [c.image for p in plan.patches for c in p.changes] == [f"{JM_REPO}@{D2}"]
+    assert tick.target("jobs-manager").refresh_attempts == 0
+
+
 def test_an_ondelete_workload_is_a_conflict_not_an_endless_wait() -> None:
     tick = Tick(
         spec(

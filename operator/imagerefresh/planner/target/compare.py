@@ -63,7 +63,7 @@ def conclude(decision: Decision, workload: Workload, comparison: Comparison) -> 
     unresolved = comparison.unresolved
     if unresolved:
         decision.outcome.degraded = True
-    held = "; ".join(hold.message for hold in decision.holds)
+    held = decision.held()
     note = f"; not resolved, left alone: {'; '.join(unresolved)}" if unresolved else ""
     if held and not comparison.drifted:
         if decision.locked:

@@ -186,6 +186,10 @@ class Decision:
         if hold.message not in self.previous_message:
             self.event("Warning" if hold.warning else "Normal", hold.reason, hold.message)
 
+    def held(self) -> str:
+        """What the gates hold, for the target's message ("" when nothing)."""
+        return "; ".join(hold.message for hold in self.holds)
+
     def finish(self, phase: Phase, message: str) -> TargetOutcome:
         if self.at_ceiling and self.status.locked_at is None:
             self.update(locked_at=self.ctx.now)

@@ -84,24 +84,18 @@ def screen_bystanders(decision: Decision, workload: Workload, pending: PendingRe
     """While ``pending`` rolls out, hold the containers it does not pin to their desired digest,
     as a settled target would; the holds' note for the target's message ("" when none)."""
     comparison = compare(decision, workload)
-    pinned = {name for name, image in pending.images.items() if _pins(image, comparison, name)}
-    screen(
-        decision,
-        replace(
-            comparison,
-            drifted={n: d for n, d in comparison.drifted.items() if n not in pinned},
-            current={n: d for n, d in comparison.current.items() if n not in pinned},
-        ),
-    )
-    held = "; ".join(hold.message for hold in decision.holds)
+    # The workload carries the pending images (the patch landed), so a container the patch pins
+    # to what it should run now is current; one whose tag has moved on since is drifted, and
+    # faces the gates with the others.
+    pinned = {
+        name
+        for name, image in pending.images.items()
+        if parse(image).digest == comparison.current.get(name)
+    }
+    current = {n: d for n, d in comparison.current.items() if n not in pinned}
+    screen(decision, replace(comparison, current=current))
+    held = decision.held()
     return f"; held: {held}" if held else ""
-
-
-def _pins(image: str, comparison: Comparison, name: str) -> bool:
-    """Whether the pending patch pins ``name`` to the digest it should run now (a tag that moved
-    on since is a new drift, and faces the gates)."""
-    desired = comparison.drifted.get(name) or comparison.current.get(name)
-    return desired is not None and parse(image).digest == desired
 
 
 def _signature(decision: Decision, name: str, digest: str) -> Hold | None:
