@@ -16,7 +16,17 @@ from imagerefresh.reference import (
     parse,
     parse_digest,
     registry_host,
+    tracked_reference,
 )
+
+
+@pytest.fixture(autouse=True)
+def _parsed_afresh() -> None:
+    """Each test exercises the parser, not an answer remembered from an earlier test (the
+    memo outlives a test, and a mutation run forks its mutants from a process that filled it)."""
+    parse.cache_clear()
+    tracked_reference.cache_clear()
+
 
 HEX64 = "86e0e091d0da6bde2456dbb48306f3956bbeb2eae1b5b9a43045843f69fe4aaa"
 DIGEST = f"sha256:{HEX64}"
