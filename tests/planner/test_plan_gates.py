@@ -69,6 +69,15 @@ def one(tick: Tick, workload: Any, **fields: Any) -> Plan:
     return tick.run({JOBS: evidence(workload, **fields)})
 
 
+def _failed_here(build: str, phase: Phase) -> PolicyStatus:
+    """A status whose jobs-manager target saw ``build`` fail its rollout an hour ago."""
+    failed = FailedBuild(digest=build, at=T0 - timedelta(hours=1))
+    target = TargetStatus(
+        kind="Deployment", namespace="tracebloc", name="jobs-manager", phase=phase, failed=(failed,)
+    )
+    return PolicyStatus(targets=(target,))
+
+
 # --- signatures -------------------------------------------------------------------------
 
 
@@ -251,18 +260,7 @@ def test_a_held_container_keeps_the_target_held_through_its_sibling_s_rollout(
     tick = Tick(spec(target("jobs-manager", api=JM, **{"pods-monitor-container": PM}), **VERIFY))
     api = untrusted(D2) if verdict_on_api == "unsigned" else verified(D2)
     if verdict_on_api == "failed here":
-        failed = FailedBuild(digest=D2, at=T0 - timedelta(hours=1))
-        tick.status = PolicyStatus(
-            targets=(
-                TargetStatus(
-                    kind="Deployment",
-                    namespace="tracebloc",
-                    name="jobs-manager",
-                    phase=Phase.CURRENT,
-                    failed=(failed,),
-                ),
-            )
-        )
+        tick.status = _failed_here(D2, Phase.CURRENT)
     held = Phase.UNTRUSTED if verdict_on_api == "unsigned" else Phase.WAITING
     reason = "Untrusted" if verdict_on_api == "unsigned" else "BuildFailed"
     signed = {
@@ -797,18 +795,7 @@ def test_a_sibling_s_refresh_never_pins_a_tag_whose_new_build_a_gate_holds(gate:
         api = SeenDigest(tracked=TRACKED, digest=D2, since=T0 - timedelta(hours=2))
         tick.status = PolicyStatus(seen=(api,))
     if gate == "failed here":
-        failed = FailedBuild(digest=D4, at=T0 - timedelta(hours=1))
-        tick.status = PolicyStatus(
-            targets=(
-                TargetStatus(
-                    kind="Deployment",
-                    namespace="tracebloc",
-                    name="jobs-manager",
-                    phase=Phase.WAITING,
-                    failed=(failed,),
-                ),
-            )
-        )
+        tick.status = _failed_here(D4, Phase.WAITING)
     plan = tick.run({JOBS: found})
     assert patched(plan) == {"api": f"{JM_REPO}@{D2}"}  # the monitor stays on its tag
     assert tick.target("jobs-manager").pending.adopted == ()
