@@ -719,15 +719,24 @@ def test_a_restart_known_only_by_its_count_counts_only_when_it_cannot_lie_outsid
     assert rolled_back(status) if verdict == "failed" else status.phase is Phase.CURRENT
 
 
-def test_init_containers_completing_are_healthy_and_failing_ones_crash() -> None:
+_INIT_DIGESTS = {"migrate": D2, "api": D3}
+
+
+def _init_refresh_sent() -> tuple[HealthTick, Json]:
+    """A refresh of the init container migrate (D1 → D2) sent; the workload once it landed."""
     tick = HealthTick(spec(target("jobs-manager", migrate=JM, api=PM)))
     images = {"api": f"{PM_REPO}@{D3}"}
     start = deployment("jobs-manager", images, init_images={"migrate": f"{JM_REPO}@{D1}"})
-    digests = {"migrate": D2, "api": D3}
-    tick.run({JOBS: evidence(start, digests=digests)}, advance=timedelta(0))
+    tick.run({JOBS: evidence(start, digests=_INIT_DIGESTS)}, advance=timedelta(0))
     after = deployment(
         "jobs-manager", images, init_images={"migrate": f"{JM_REPO}@{D2}"}, generation=2
     )
+    return tick, after
+
+
+def test_init_containers_completing_are_healthy_and_failing_ones_crash() -> None:
+    tick, after = _init_refresh_sent()
+    digests = _INIT_DIGESTS
 
     def world(migrate: Json) -> dict[Any, Any]:
         pod = a_pod("jm-new", container("api", ran(D3, PM_REPO)), init=(migrate,))
@@ -738,8 +747,7 @@ def test_init_containers_completing_are_healthy_and_failing_ones_crash() -> None
         tick.now = when
         tick.run(world(done), advance=timedelta(0))
     assert tick.target("jobs-manager").phase is Phase.CURRENT
-    tick = HealthTick(spec(target("jobs-manager", migrate=JM, api=PM)))
-    tick.run({JOBS: evidence(start, digests=digests)}, advance=timedelta(0))
+    tick, _ = _init_refresh_sent()
     retried = container(
         "migrate", ran(D2), restarts=1, last=ended(2, T0 + 3 * SECOND), state=done["state"]
     )
@@ -752,14 +760,8 @@ def test_an_init_container_run_again_that_completes_again_is_healthy() -> None:
     """A pod whose sandbox was recreated runs its init containers again (its restart count
     grows): an init container that completed each time did what it is for, and the refresh
     succeeds at the window's end; only a failed run of one is a crash."""
-    tick = HealthTick(spec(target("jobs-manager", migrate=JM, api=PM)))
-    images = {"api": f"{PM_REPO}@{D3}"}
-    start = deployment("jobs-manager", images, init_images={"migrate": f"{JM_REPO}@{D1}"})
-    digests = {"migrate": D2, "api": D3}
-    tick.run({JOBS: evidence(start, digests=digests)}, advance=timedelta(0))
-    after = deployment(
-        "jobs-manager", images, init_images={"migrate": f"{JM_REPO}@{D2}"}, generation=2
-    )
+    tick, after = _init_refresh_sent()
+    digests = _INIT_DIGESTS
     again = container(
         "migrate",
         ran(D2),
