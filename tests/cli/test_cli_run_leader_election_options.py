@@ -7,14 +7,13 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from imagerefresh import cli
-from imagerefresh.cli import lease_namespace, main
+from imagerefresh.cli import lease_namespace, main, operate
 
 
 @pytest.fixture(autouse=True)
 def outside_a_pod(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("POD_NAMESPACE", raising=False)
-    monkeypatch.setattr(cli, "SERVICE_ACCOUNT_NAMESPACE", "/nonexistent/namespace")
+    monkeypatch.setattr(operate, "SERVICE_ACCOUNT_NAMESPACE", "/nonexistent/namespace")
 
 
 def test_the_lease_namespace_is_the_given_one_else_the_pods_else_the_first_exact_watched(

@@ -123,7 +123,7 @@ def test_the_wheel_is_the_cli_of_this_version_with_its_license_and_no_tests(
     assert "License-Expression: Apache-2.0\n" in metadata
     assert "imagerefresh = imagerefresh.cli:main" in entry_points
     assert "kubectl-imagerefresh = imagerefresh.cli:kubectl_plugin" in entry_points
-    assert "imagerefresh/cli.py" in names
+    assert "imagerefresh/cli/__init__.py" in names
     # Exactly the package's sources: nothing a stale build directory still holds.
     sources = {
         str(path.relative_to(REPO / "operator"))
