@@ -19,7 +19,8 @@ from typing import Any
 
 import structlog
 
-from imagerefresh.kube.api import KubeApi, ReadCache
+from imagerefresh.kube.api import KubeApi
+from imagerefresh.kube.readcache import ReadCache
 from imagerefresh.planner import DigestOutcome, TargetEvidence, TargetKey, TickInput
 from imagerefresh.planner.evidence import SignatureOutcome
 from imagerefresh.ratelimit import BudgetSnapshot, RateLimitLedger

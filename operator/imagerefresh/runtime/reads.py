@@ -50,9 +50,10 @@ import structlog
 from pydantic import ValidationError
 
 from imagerefresh.credentials import ANONYMOUS, Credentials, credentials_for
-from imagerefresh.kube.api import KubeApi, ReadCache
+from imagerefresh.kube.api import KubeApi
 from imagerefresh.kube.errors import KubeError
 from imagerefresh.kube.pods import HelperPodApi
+from imagerefresh.kube.readcache import ReadCache
 from imagerefresh.kube.selectors import InvalidSelector, label_selector
 from imagerefresh.models import ContainerSpec, PendingRefresh, PolicySpec, PolicyStatus
 from imagerefresh.offline import NodeInventory

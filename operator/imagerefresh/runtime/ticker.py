@@ -19,7 +19,8 @@ from typing import Any
 
 import structlog
 
-from imagerefresh.kube.api import KubeApi, ReadCache
+from imagerefresh.kube.api import KubeApi
+from imagerefresh.kube.readcache import ReadCache
 from imagerefresh.metrics import Metrics
 from imagerefresh.planner import (
     NOTHING_IN_FLIGHT,
