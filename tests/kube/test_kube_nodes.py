@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-import imagerefresh.kube.api as kube_api
 from imagerefresh.kube import KubeApi
 from imagerefresh.kube.errors import Forbidden
 
@@ -46,7 +45,7 @@ def test_every_node_is_listed_page_by_page_and_the_list_says_it_is_complete(
     api: CountingKubeApi, cluster: Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     expected = all_nodes(cluster)
-    monkeypatch.setattr(kube_api, "_PAGE", 1)  # one node a page: every continue token is used
+    monkeypatch.setattr(api, "page_size", 1)  # one node a page: every continue token is used
     found, complete = api.list_nodes(name_of)
     assert sorted(found) == expected
     assert complete is True
@@ -63,7 +62,7 @@ def test_a_list_stopped_at_its_cap_keeps_what_it_read_and_says_it_is_incomplete(
     assert set(found) < set(expected)
     assert complete is False
     assert api.requests[("GET", NODES)] == 1  # it asked for no more than the cap
-    monkeypatch.setattr(kube_api, "_PAGE", 2)  # and across pages the cap holds just the same
+    monkeypatch.setattr(api, "page_size", 2)  # and across pages the cap holds just the same
     paged, complete = api.list_nodes(name_of, cap=cap)
     assert (len(paged), complete) == (cap, False)
 

@@ -20,8 +20,8 @@ from prometheus_client import CollectorRegistry
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
-from imagerefresh.kube.api import _kind_schema
 from imagerefresh.kube.errors import Forbidden, KubeError, KubeUnavailable
+from imagerefresh.kube.policies import kind_schema
 from imagerefresh.metrics import Metrics
 from imagerefresh.runtime.config import OperatorConfig
 from imagerefresh.runtime.reads import PolicyUnreadable
@@ -238,7 +238,7 @@ def test_the_kinds_schema_is_found_by_its_group_version_kind_not_its_list() -> N
     listed = {"x-kubernetes-group-version-kind": [{**GVK, "kind": "ImageRefreshPolicyList"}]}
     kind = {**CURRENT, "x-kubernetes-group-version-kind": [{**GVK, "kind": "ImageRefreshPolicy"}]}
     document = {"components": {"schemas": {"a.List": listed, "a.Policy": kind}}}
-    assert _kind_schema(document, "read") is kind
+    assert kind_schema(document, "read") is kind
 
 
 @pytest.mark.parametrize(
@@ -253,7 +253,7 @@ def test_the_kinds_schema_is_found_by_its_group_version_kind_not_its_list() -> N
 )
 def test_a_document_without_the_kind_is_an_error(document: dict[str, Any]) -> None:
     with pytest.raises(KubeError, match="read"):
-        _kind_schema(document, "read")
+        kind_schema(document, "read")
 
 
 # -- the check, as ticks ask it -----------------------------------------------------------------

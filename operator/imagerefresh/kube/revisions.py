@@ -18,9 +18,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from imagerefresh.kube.api import KubeApi, _segment
+from imagerefresh.kube.api import KubeApi
 from imagerefresh.kube.errors import KubeError
 from imagerefresh.kube.selectors import InvalidSelector, label_selector
+from imagerefresh.kube.transport import segment
 
 __all__ = ["previous_template", "template_images"]
 
@@ -68,7 +69,7 @@ def _revisions(
     answer = api._request(
         f"list {resource} of {kind} {namespace}/{uid}",
         "GET",
-        f"/apis/apps/v1/namespaces/{_segment(namespace)}/{resource}",
+        f"/apis/apps/v1/namespaces/{segment(namespace)}/{resource}",
         query=[("labelSelector", query), ("limit", _MAX_REVISIONS)],
     )
     found = []

@@ -43,8 +43,9 @@ from typing import Any, Generic, TypeVar
 
 import structlog
 
-from imagerefresh.kube.api import KubeApi, _send
+from imagerefresh.kube.api import KubeApi
 from imagerefresh.kube.errors import Forbidden, KubeError, translate
+from imagerefresh.kube.transport import send
 
 __all__ = ["MAX_BYTES", "MAX_ITEMS", "MAX_STREAMS", "SILENT_AFTER", "Collection", "Snapshot"]
 
@@ -383,7 +384,7 @@ class Collection(Generic[T]):
         """One page of the LIST, parsed, and how many bytes of JSON it was."""
         what = f"list {self.what}"
         try:
-            response = _send(
+            response = send(
                 self.api.api_client,
                 "GET",
                 self.path,
@@ -425,7 +426,7 @@ class Collection(Generic[T]):
         timeout = (self.api.timeout[0], self.silent_after)
         started = time.monotonic()
         try:
-            response = _send(
+            response = send(
                 self.api.streams(MAX_STREAMS),
                 "GET",
                 self.path,
