@@ -29,7 +29,7 @@ import kopf
 from imagerefresh.kube.namespaces import NamespaceScope
 from imagerefresh.models import PolicySpec, parse_duration
 from imagerefresh.runtime.leftovers import delete_leftover_helpers
-from imagerefresh.runtime.reads import RESET_ANNOTATION, WINDOW_OVERRIDE_ANNOTATION
+from imagerefresh.runtime.policyview import RESET_ANNOTATION, WINDOW_OVERRIDE_ANNOTATION
 from imagerefresh.runtime.schedule import random_phase
 from imagerefresh.runtime.scheduler import Scheduler
 from imagerefresh.runtime.ticker import PolicyTicker

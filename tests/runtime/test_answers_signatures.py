@@ -22,7 +22,8 @@ from imagerefresh.planner.evidence import SignatureOutcome, SignaturesWaiting
 from imagerefresh.reference import registry_host
 from imagerefresh.runtime.answers import verify_signatures
 from imagerefresh.runtime.gather import _evidence
-from imagerefresh.runtime.reads import TargetReads, WorkloadRead, policy_view
+from imagerefresh.runtime.policyview import policy_view
+from imagerefresh.runtime.reads import TargetReads, WorkloadRead
 from imagerefresh.verifier import MAX_VERIFICATIONS_PER_TICK, VerifyRequest
 
 from support.signing import TestKey

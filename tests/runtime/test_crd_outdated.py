@@ -27,7 +27,7 @@ from prometheus_client import CollectorRegistry
 
 from imagerefresh.kube.api import KubeApi
 from imagerefresh.metrics import Metrics
-from imagerefresh.runtime.reads import PolicyUnreadable
+from imagerefresh.runtime.policyview import PolicyUnreadable
 from imagerefresh.runtime.schema import (
     CRD_NAME,
     ITEMS,

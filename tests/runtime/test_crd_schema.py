@@ -24,7 +24,7 @@ from imagerefresh.kube.errors import Forbidden, KubeError, KubeUnavailable
 from imagerefresh.kube.policies import kind_schema
 from imagerefresh.metrics import Metrics
 from imagerefresh.runtime.config import OperatorConfig
-from imagerefresh.runtime.reads import PolicyUnreadable
+from imagerefresh.runtime.policyview import PolicyUnreadable
 from imagerefresh.runtime.schema import (
     CRD_NAME,
     ITEMS,

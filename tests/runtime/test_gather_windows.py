@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from imagerefresh.runtime.reads import PolicyUnreadable, policy_view
+from imagerefresh.runtime.policyview import PolicyUnreadable, policy_view
 
 OVERRIDE = "images.tracebloc.io/refresh-outside-window"
 

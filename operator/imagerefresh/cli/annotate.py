@@ -20,7 +20,7 @@ from imagerefresh.cli.group import (
 )
 from imagerefresh.handlers import REFRESH_NOW_ANNOTATION
 from imagerefresh.planner.windows import WINDOW_OVERRIDE_ANNOTATION
-from imagerefresh.runtime.reads import RESET_ANNOTATION
+from imagerefresh.runtime.policyview import RESET_ANNOTATION
 
 ANNOTATE_EXITS: Exits = (
     (0, "asked: the annotation is set, and the operator ticks the policy at once"),

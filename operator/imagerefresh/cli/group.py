@@ -27,7 +27,7 @@ from imagerefresh.resolver import SharedResolver
 from imagerefresh.runtime.config import OperatorConfig, parse_namespace_pairs
 from imagerefresh.runtime.coverage import AuditUnreadable
 from imagerefresh.runtime.events import EventRecorder
-from imagerefresh.runtime.reads import PolicyUnreadable
+from imagerefresh.runtime.policyview import PolicyUnreadable
 from imagerefresh.runtime.ticker import PolicyTicker
 from imagerefresh.verifier import SignatureVerifier, VerificationPool
 

@@ -70,7 +70,7 @@ from imagerefresh.planner.podguard import UnsafePod
 from imagerefresh.runtime.clearance import Clearance, clear
 from imagerefresh.runtime.events import EventRecorder
 from imagerefresh.runtime.gather import Gathered
-from imagerefresh.runtime.reads import PolicyUnreadable
+from imagerefresh.runtime.policyview import PolicyUnreadable
 
 __all__ = ["Applied", "apply_plan", "mark_unreadable"]
 

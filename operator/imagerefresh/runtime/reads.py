@@ -1,5 +1,5 @@
-"""The API half of a tick's evidence: the policy as the planner sees it, its workloads, pods and
-pull secrets, and (with node reads on) the nodes' image lists, shared with the policies ticking
+"""The API half of a tick's evidence: the policy as the planner sees it (:mod:`.policyview`),
+its workloads, pods and pull secrets, and (with node reads on) the nodes' image lists, shared with the policies ticking
 together (:mod:`.nodes`).
 
 Reads run concurrently on threads (the official Kubernetes client is synchronous), bounded by
@@ -47,7 +47,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import structlog
-from pydantic import ValidationError
 
 from imagerefresh.credentials import ANONYMOUS, Credentials, credentials_for
 from imagerefresh.kube.api import KubeApi
@@ -55,34 +54,28 @@ from imagerefresh.kube.errors import KubeError
 from imagerefresh.kube.pods import HelperPodApi
 from imagerefresh.kube.readcache import ReadCache
 from imagerefresh.kube.selectors import InvalidSelector, label_selector
-from imagerefresh.models import ContainerSpec, PendingRefresh, PolicySpec, PolicyStatus
+from imagerefresh.models import ContainerSpec, PendingRefresh
 from imagerefresh.offline import NodeInventory
 from imagerefresh.planner import ObservedPod, PolicyView, TargetKey, Workload, in_flight
 from imagerefresh.planner.helperpod import LABEL as HELPER_LABEL
 from imagerefresh.planner.helperpod import HelperPod
-from imagerefresh.planner.windows import WINDOW_OVERRIDE_ANNOTATION
 from imagerefresh.reference import InvalidReference, parse, registry_host
 from imagerefresh.resolver import ResolutionKey
 from imagerefresh.rollout import RolloutState, rollout_verdict
 from imagerefresh.runtime.config import OperatorConfig
 from imagerefresh.runtime.nodes import NodeReads
+from imagerefresh.runtime.policyview import policy_view
 from imagerefresh.runtime.revisions import PreviousRevisions
 from imagerefresh.runtime.schedule import on_clock
 from imagerefresh.runtime.watches import EvidenceWatches, WatchedPod
 
 __all__ = [
-    "RESET_ANNOTATION",
-    "WINDOW_OVERRIDE_ANNOTATION",
-    "PolicyUnreadable",
     "TargetReads",
     "WorkloadRead",
     "owned_helper",
-    "policy_view",
     "read_targets",
     "unreadable_message",
 ]
-
-RESET_ANNOTATION = "images.tracebloc.io/reset"
 
 log = structlog.get_logger(__name__)
 
@@ -123,64 +116,6 @@ class OurWrite:
 
     pending: PendingRefresh | None
     timeout: timedelta
-
-
-class PolicyUnreadable(ValueError):
-    """The policy's spec or status cannot be read: the tick does nothing but say so."""
-
-    def __init__(self, part: str, message: str) -> None:
-        super().__init__(message)
-        self.part = part  # "spec", "status", or "crd" (runtime/schema: the installed CRD)
-
-
-def _errors(error: ValidationError) -> str:
-    return "; ".join(
-        f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}" for e in error.errors()[:5]
-    )
-
-
-def policy_view(policy: Mapping[str, Any], *, follow_up: bool = False) -> PolicyView:
-    """The planner's view of a policy object; :class:`PolicyUnreadable` if it cannot be read.
-
-    A status that does not parse fails closed — unless a new reset was requested, which
-    rebuilds the status from live evidence (the tick then starts from an empty one). Only a
-    tick that reads every target may rebuild it: a ``follow_up`` fails closed and leaves the
-    reset to that tick.
-    """
-    metadata = policy["metadata"]
-    name = f"{metadata['namespace']}/{metadata['name']}"
-    annotations = metadata.get("annotations") or {}
-    reset = annotations.get(RESET_ANNOTATION)
-    try:
-        spec = PolicySpec.model_validate(policy.get("spec") or {})
-    except ValidationError as error:
-        raise PolicyUnreadable(
-            "spec",
-            f"the spec of {name} is invalid ({_errors(error)}); nothing is refreshed until it "
-            "is fixed",
-        ) from error
-    raw = policy.get("status") or {}
-    try:
-        status = PolicyStatus.model_validate(raw)
-    except ValidationError as error:
-        honoured = raw.get("lastReset") if isinstance(raw, dict) else None
-        if follow_up or reset is None or reset == honoured:
-            raise PolicyUnreadable(
-                "status",
-                f"the status of {name} cannot be read ({_errors(error)}); it was not written "
-                "by this operator, so nothing is patched on it. Reset the policy to rebuild "
-                f"it from live evidence: imagerefresh reset {name}",
-            ) from error
-        status = PolicyStatus()
-    return PolicyView(
-        namespace=metadata["namespace"],
-        name=metadata["name"],
-        generation=int(metadata.get("generation") or 0),
-        spec=spec,
-        status=status,
-        reset_request=reset,
-        window_override=annotations.get(WINDOW_OVERRIDE_ANNOTATION),
-    )
 
 
 def _read_workload(

@@ -39,7 +39,7 @@ from imagerefresh.kube.api import POLICY_GROUP, POLICY_PLURAL, KubeApi
 from imagerefresh.kube.errors import KubeError
 from imagerefresh.metrics import Metrics
 from imagerefresh.models import PolicySpec, PolicyStatus
-from imagerefresh.runtime.reads import PolicyUnreadable
+from imagerefresh.runtime.policyview import PolicyUnreadable
 
 __all__ = [
     "CRD_NAME",

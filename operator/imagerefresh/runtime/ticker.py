@@ -45,7 +45,8 @@ from imagerefresh.runtime.config import OperatorConfig
 from imagerefresh.runtime.events import EventRecorder
 from imagerefresh.runtime.gather import Gathered, assemble, budgets, gather
 from imagerefresh.runtime.nodes import NodeReads
-from imagerefresh.runtime.reads import PolicyUnreadable, TargetReads, read_targets
+from imagerefresh.runtime.policyview import PolicyUnreadable
+from imagerefresh.runtime.reads import TargetReads, read_targets
 from imagerefresh.runtime.restorable import RollbackEvidence, rollback_evidence
 from imagerefresh.runtime.revisions import PreviousRevisions
 from imagerefresh.runtime.schema import CrdCheck
