@@ -1,6 +1,6 @@
 """The API half of a tick's evidence: the policy as the planner sees it (:mod:`.policyview`),
-its workloads, pods and pull secrets, and (with node reads on) the nodes' image lists, shared with the policies ticking
-together (:mod:`.nodes`).
+its workloads, pods and pull secrets, and (with node reads on) the nodes' image lists, shared
+with the policies ticking together (:mod:`.nodes`).
 
 Reads run concurrently on threads (the official Kubernetes client is synchronous), bounded by
 the operator's configuration, and are reduced as they arrive to what a tick keeps. Every failure
