@@ -7,7 +7,7 @@ import socket
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any
 
 import structlog
 
@@ -19,7 +19,6 @@ from imagerefresh.kube.transport import (
 )
 
 log = structlog.get_logger(__name__)
-T = TypeVar("T")
 
 __all__ = ["EVENT_COMPONENT", "EventWrites"]
 

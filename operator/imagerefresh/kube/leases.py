@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Any
 
 from imagerefresh.kube.errors import KubeError, NotFound, translate
 from imagerefresh.kube.transport import (
@@ -16,8 +16,6 @@ from imagerefresh.kube.transport import (
     segment,
     send,
 )
-
-T = TypeVar("T")
 
 __all__ = ["LeaseRequests"]
 

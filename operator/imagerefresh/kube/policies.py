@@ -4,7 +4,7 @@ them, and read the kind's schema as the API server serves it."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Any
 
 from imagerefresh.kube.errors import KubeError, NotFound
 from imagerefresh.kube.transport import (
@@ -14,8 +14,6 @@ from imagerefresh.kube.transport import (
     scope,
     segment,
 )
-
-T = TypeVar("T")
 
 __all__ = [
     "POLICY_GROUP",

@@ -6,7 +6,7 @@ import base64
 import binascii
 from collections.abc import Mapping
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any
 
 import structlog
 
@@ -19,7 +19,6 @@ from imagerefresh.kube.transport import (
 )
 
 log = structlog.get_logger(__name__)
-T = TypeVar("T")
 
 __all__ = ["PULL_SECRETS_VALUE", "PullSecretReads"]
 

@@ -4,7 +4,7 @@ workload of a kind, and the one place image patches are sent."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 import structlog
 
@@ -21,7 +21,6 @@ from imagerefresh.kube.transport import (
 from imagerefresh.planner import Cleared, ImagePatch
 
 log = structlog.get_logger(__name__)
-T = TypeVar("T")
 
 __all__ = ["WORKLOADS", "WorkloadRequests"]
 
