@@ -38,10 +38,21 @@ COPY operator/ operator/
 # The package is pure Python; its dependencies' binary wheels are the target's: every
 # manylinux tag the base's glibc runs (pip does not widen a manylinux_2_X tag by itself), for
 # the base's Python. pip leaves the venv once the package is in: the final stage gets no
-# installer.
+# installer. The wheels' shared objects carry their debug symbols (about 16 MiB, aiohttp's
+# parsers and PyYAML's mostly): strip drops them, keeping every symbol the loader needs. It is
+# binutils-multiarch's, which reads the target's objects whatever the build machine; a builder
+# base without one installs it first (python:*-slim has no binutils).
+# The kubernetes client ships an asyncio twin of itself (kubernetes/aio, about 65 MiB,
+# half the virtualenv) that nothing here imports: the operator's client is the synchronous one,
+# and kopf talks to the API server through aiohttp.
 # (set -eu: podman ignores SHELL in the OCI image format. $target is a list, split on purpose.)
-# hadolint ignore=SC2086
+# (binutils-multiarch is a build tool, so whichever version Debian has serves.)
+# hadolint ignore=SC2086,DL3008
 RUN set -eu; \
+    case "$(strip --info 2>/dev/null || true)" in \
+      *x86-64*aarch64* | *aarch64*x86-64*) ;; \
+      *) apt-get update -qq; apt-get install -y -qq --no-install-recommends binutils-multiarch ;; \
+    esac; \
     case "${TARGETARCH:-amd64}" in \
       amd64) cpu=x86_64 ;; \
       arm64) cpu=aarch64 ;; \
@@ -61,7 +72,9 @@ RUN set -eu; \
       /wheels/imagerefresh-*.whl; \
     mv "$site"/bin/* /opt/venv/bin/; \
     rmdir "$site/bin"; \
-    /opt/venv/bin/pip uninstall --yes pip setuptools wheel
+    rm -rf "$site/kubernetes/aio"; \
+    /opt/venv/bin/pip uninstall --yes pip setuptools wheel; \
+    find /opt/venv -name '*.so' -type f -exec strip --strip-unneeded {} +
 
 # (Explicit, though it is the default: podman 4.3 would carry the builder's platform over.)
 # hadolint ignore=DL3065
@@ -72,10 +85,10 @@ LABEL org.opencontainers.image.title="imagerefresh" \
 # A system user with a fixed numeric id, the image's USER (the chart sets none, so this one
 # serves; runAsNonRoot needs it numeric). Nothing in the image is written at run time, so any
 # other user works as well: OpenShift assigns one from the namespace's range, with group 0.
-# The slim base's own pip goes too (a base without one has nothing to remove).
-RUN groupadd --system --gid 65532 imagerefresh \
-    && useradd --system --uid 65532 --gid 65532 --no-create-home \
-       --home-dir /nonexistent --shell /usr/sbin/nologin imagerefresh \
+# The entries are written, not made by useradd: a base need not carry Debian's passwd for two
+# lines. The slim base's own pip goes too (a base without one has nothing to remove).
+RUN echo 'imagerefresh:x:65532:65532:imagerefresh:/nonexistent:/usr/sbin/nologin' >> /etc/passwd \
+    && echo 'imagerefresh:x:65532:' >> /etc/group \
     && rm -rf /usr/local/bin/pip* /usr/local/lib/python3*/site-packages/pip \
        /usr/local/lib/python3*/site-packages/pip-*
 COPY --from=builder /opt/venv /opt/venv

@@ -130,4 +130,4 @@ def test_the_builder_stage_runs_natively_and_installs_the_targets_binary_wheels(
     assert "arm64) cpu=aarch64" in run
     build = (REPO / "e2e" / "build-image").read_text()
     assert '--build-arg "BUILDPLATFORM=linux/$native"' in build
-    assert 'builder_base=$(base "$IMAGE_BUILDER_PACKAGES" "$native")' in build
+    assert 'builder_base=$(base minbase "$IMAGE_BUILDER_PACKAGES" "$native")' in build
