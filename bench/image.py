@@ -140,7 +140,7 @@ def _layer_name(created_by: str) -> str:
         return "virtualenv"  # the final stage's only COPY: /opt/venv from the builder
     if "ADD file:" in created_by or not created_by.strip():
         return "Debian base"
-    if "groupadd" in created_by:
+    if "/etc/passwd" in created_by:
         return "user"
     return "other"
 
