@@ -31,6 +31,8 @@ CATEGORIES = {
     "logging (structlog)": ("structlog/", "logging/"),
     "kopf": ("kopf/",),
     "asyncio": ("asyncio/",),
+    # A module's first import, its body included (a model class built at import is both).
+    "imports": ("importlib",),
 }
 _FRAME = re.compile(r"^(?P<function>.*) \((?P<path>[^:()]*):\d+\)$")
 

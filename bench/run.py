@@ -1134,9 +1134,12 @@ class Bench:
         leads, acts, ticks = [], [], []
         leader = self._candidate("a")
         # Its first tick done, polled every 50 ms: the CPU it took from exec, imports, leader
-        # election and the first policy's tick included (what a crash restart costs at 100m).
+        # election and the first policy's tick included (what a crash restart costs at 100m),
+        # and where it went (py-spy from the moment it attaches, a few ms after exec).
+        sampler = Sampler(leader.pid, self.config.logs / "startup.pyspy", rate=250)
         leader.wait_ticks({}, edge, timeout=120, poll=0.05)
         started = cpu_seconds(leader.pid)
+        startup = sampler.stop()
         wait_for(lambda: self._leads(leader), "the first leader", 60)
         for kill in range(1, kills + 1):
             standby = self._candidate("b" if kill % 2 else "a", kill)
@@ -1167,6 +1170,12 @@ class Bench:
             "≤ 0.6 CPU-s",
             ok=started <= 0.6,
         )
+        if startup is not None:
+            self.table.add(
+                "6 leader election (lease 15 s, renew 10 s, retry 2 s)",
+                f"start-up: where its CPU went (py-spy, {startup.samples} samples); hottest",
+                f"{startup.shares()}; {startup.hottest()}",
+            )
         lease = LEASE_SECONDS
         self.table.add(
             "6 leader election (lease 15 s, renew 10 s, retry 2 s)",
