@@ -38,12 +38,12 @@ COPY operator/ operator/
 # The package is pure Python; its dependencies' binary wheels are the target's: every
 # manylinux tag the base's glibc runs (pip does not widen a manylinux_2_X tag by itself), for
 # the base's Python. pip leaves the venv once the package is in: the final stage gets no
-# installer. The wheels' shared objects carry their debug symbols (about 16 MiB, aiohttp's
+# installer. The wheels' shared objects carry their debug symbols (about 13 MiB, aiohttp's
 # parsers and PyYAML's mostly): strip drops them, keeping every symbol the loader needs. It is
 # binutils-multiarch's, which reads the target's objects whatever the build machine; a builder
 # base without one installs it first (python:*-slim has no binutils).
-# The kubernetes client ships an asyncio twin of itself (kubernetes/aio, about 65 MiB,
-# half the virtualenv) that nothing here imports: the operator's client is the synchronous one,
+# The kubernetes client ships an asyncio twin of itself (kubernetes/aio, about 63 MiB, a
+# third of the virtualenv) that nothing here imports: the operator's client is the synchronous one,
 # and kopf talks to the API server through aiohttp.
 # (set -eu: podman ignores SHELL in the OCI image format. $target is a list, split on purpose.)
 # (binutils-multiarch is a build tool, so whichever version Debian has serves.)
