@@ -1135,7 +1135,8 @@ class Bench:
         leader = self._candidate("a")
         # Its first tick done, polled every 50 ms: the CPU it took from exec, imports, leader
         # election and the first policy's tick included (what a crash restart costs at 100m),
-        # and where it went (py-spy from the moment it attaches, a few ms after exec).
+        # and where it went after the imports (py-spy attaches only once the interpreter is up,
+        # which here was after the imports: their CPU is row 8's).
         sampler = Sampler(leader.pid, self.config.logs / "startup.pyspy", rate=250)
         leader.wait_ticks({}, edge, timeout=120, poll=0.05)
         started = cpu_seconds(leader.pid)
