@@ -68,7 +68,7 @@ from imagerefresh.planner import (
 from imagerefresh.planner.actions import HelperPodCreate, HelperPodDelete
 from imagerefresh.planner.podguard import UnsafePod
 from imagerefresh.runtime.clearance import Clearance, clear
-from imagerefresh.runtime.events import EventRecorder
+from imagerefresh.runtime.events import EventRecorder, about_the_policy
 from imagerefresh.runtime.gather import Gathered
 from imagerefresh.runtime.policyview import PolicyUnreadable
 
@@ -356,14 +356,16 @@ def _record_events(
     events: list[Event],
     status: PolicyStatus,
 ) -> None:
-    """Each event about the policy and, when it concerns a target, about that workload too;
-    and each as one log line (:func:`_log_decision`)."""
+    """Each event about a target on its workload, and about the policy once per type and
+    reason (:func:`~imagerefresh.runtime.events.about_the_policy`); each as one log line
+    (:func:`_log_decision`)."""
     for event in events:
         _log_decision(gathered, event, status)
-        recorder.record(policy, event.type, event.reason, event.message)
         workload = gathered.workloads.get(event.target) if event.target is not None else None
         if workload is not None:
             recorder.record(workload, event.type, event.reason, event.message)
+    for type_, reason, message in about_the_policy(events):
+        recorder.record(policy, type_, reason, message)
 
 
 def _log_decision(gathered: Gathered, event: Event, status: PolicyStatus) -> None:
