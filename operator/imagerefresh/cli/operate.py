@@ -32,6 +32,7 @@ from imagerefresh.cli.group import (
     main,
     policy_ticker,
 )
+from imagerefresh.collector import freeze_startup_heap
 from imagerefresh.handlers import Runtime, build_registry
 from imagerefresh.health import serve_health
 from imagerefresh.kube.errors import KubeError
@@ -354,6 +355,8 @@ def run(
             metrics.set_leader(True)  # the alert on imagerefresh_leader reads it
             # Said at start (the log, imagerefresh_crd_outdated); each tick asks again.
             await ticker.crd.problem()
+            # Start-up is over: no full collection walks its objects again (see collector).
+            log.info("start-up heap frozen", objects=freeze_startup_heap())
             # Only now do kopf and the handlers start: a standby has read the Lease, nothing else.
             operator = asyncio.create_task(
                 kopf.operator(
