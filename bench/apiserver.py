@@ -24,7 +24,7 @@ from harness import parse_prometheus
 
 from support.cluster_env import Cluster
 
-__all__ = ["ApiWindow", "Cost"]
+__all__ = ["ApiWindow", "Cost", "WatchTraffic", "watch_traffic"]
 
 READ_RESOURCES = {
     "nodes",  # offline evidence: the operator runs with --read-nodes
@@ -50,6 +50,43 @@ def scrape(cluster: Cluster) -> Counter[RequestKey]:
         key = (found.get("verb", ""), found.get("resource", ""), found.get("subresource", ""))
         counts[key] += int(value)
     return counts
+
+
+@dataclass
+class WatchTraffic:
+    """What kube-apiserver sent on all watches (``apiserver_watch_events_total`` and
+    ``apiserver_watch_events_sizes``), by resource: every watcher's share, the operator's with
+    the controllers', kwok's and kopf's — compared between the operator's settings, the
+    difference is the operator's."""
+
+    events: Counter[str] = field(default_factory=Counter)
+    sent: Counter[str] = field(default_factory=Counter)  # bytes
+
+    def since(self, before: WatchTraffic) -> WatchTraffic:
+        return WatchTraffic(self.events - before.events, self.sent - before.sent)
+
+    def plus(self, other: WatchTraffic) -> WatchTraffic:
+        return WatchTraffic(self.events + other.events, self.sent + other.sent)
+
+    def text(self, rounds: int, top: int = 5) -> str:
+        rounds = max(rounds, 1)
+        return ", ".join(
+            f"{kind} {count / rounds:.0f} ({self.sent[kind] / rounds / 2**20:.1f} MiB)"
+            for kind, count in self.events.most_common(top)
+        )
+
+
+def watch_traffic(cluster: Cluster) -> WatchTraffic:
+    text = cluster.kubectl("get", "--raw", "/metrics", timeout=60).stdout
+    traffic = WatchTraffic()
+    for (name, labels), value in parse_prometheus(text).items():
+        found = dict(labels)
+        kind = found.get("resource") or found.get("kind", "")
+        if name == "apiserver_watch_events_total":
+            traffic.events[kind] += int(value)
+        elif name == "apiserver_watch_events_sizes_sum":
+            traffic.sent[kind] += int(value)
+    return traffic
 
 
 def _operator_events(core: kubernetes.client.CoreV1Api) -> set[str]:

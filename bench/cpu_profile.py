@@ -1,10 +1,11 @@
 """Where the operator's CPU goes: py-spy sampling the running process, summarised by category.
 
-py-spy (the bench's extra) samples every thread of the operator from outside — the event loop
-and the threads its API reads and watches run on — without instrumenting it. Samples of idle
-threads are not recorded, so the shares are of the CPU the operator actually used. A sample
-counts in every category one of its frames falls in (a JSON decode inside a watch thread is
-both), so the shares need not add up to 100 %.
+py-spy (the bench's extra) samples the operator from outside — the event loop and the threads
+its API reads and watches run on — without instrumenting it. Only the thread holding the GIL is
+sampled (``--gil``): a thread blocked on a socket, or waiting for the GIL, is not running Python,
+so the shares are of the CPU the interpreter spent (TLS and JSON in C count where called with
+the GIL held). A sample counts in every category one of its frames falls in (a JSON decode
+inside a watch thread is both), so the shares need not add up to 100 %.
 """
 
 from __future__ import annotations
@@ -97,7 +98,7 @@ class Sampler:
         self.process = subprocess.Popen(
             [
                 *(spy, "record", "--pid", str(pid), "--format", "raw"),
-                *("--output", str(output), "--rate", str(rate), "--nonblocking"),
+                *("--output", str(output), "--rate", str(rate), "--nonblocking", "--gil"),
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

@@ -95,6 +95,7 @@ class Environment:
         # Always this state dir and never a caller's cluster: the figures are of e2e/local.
         self.env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
         self.env["IMAGEREFRESH_E2E_STATE"] = str(self.state)
+        self.env["IMAGEREFRESH_E2E_PROFILING"] = "1"  # kube-apiserver's pprof (row 3)
 
     def up(self) -> Cluster:
         status = subprocess.run(

@@ -26,7 +26,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
@@ -40,7 +40,8 @@ import planning
 import pre_pull
 import real_node
 import signing_cost
-from apiserver import ApiWindow, Cost
+from apiserver import ApiWindow, Cost, WatchTraffic, watch_traffic
+from apiserver_profile import ApiserverProfile, ApiserverProfiler
 from cpu_profile import Profile, Sampler
 from fleet import (
     EDGE_AGENTS,
@@ -103,6 +104,8 @@ HUB_TOKEN_LIFETIME = 300  # Docker Hub's anonymous pull tokens live 300 s
 # grid the bench places (--tick-grid-phase), not ticks asked for: an asked-for tick takes no
 # registry answer from before it was asked, so it would not measure steady state.
 GRID_INTERVAL = 30.0
+# kube-apiserver's CPU profile of a scale round and of the floor: this long from the first write.
+APISERVER_PROFILE_SECONDS = 10
 LEASE_SECONDS = 15.0  # imagerefresh run's default --leader-election-lease-duration
 LAPSED_TOKEN_LIFETIME = 5  # shorter than the spacing of measured ticks: every tick needs one
 
@@ -764,6 +767,8 @@ class Bench:
         per_policy: list[float] = []
         profiles: list[Profile] = []
         drift_cost = Cost()
+        traffic = WatchTraffic()
+        apiserver_profiles: list[ApiserverProfile] = []
         for round_no in range(1, self.config.scale_rounds + 1):
             # Push right after an instant, so that no instant falls between the pushes and
             # the measured one (which would start some of the refreshes early).
@@ -781,16 +786,27 @@ class Bench:
 
             pids = {"imagerefresh": self.operator.pid} | self.env.component_pids()
             sampler = Sampler(self.operator.pid, self.config.logs / f"scale-{round_no}.pyspy")
+            profiler = ApiserverProfiler(
+                self.cluster,
+                APISERVER_PROFILE_SECONDS,
+                self.config.logs / f"scale-{round_no}.apiserver.pprof",
+                at=instant,
+            )
             cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+            traffic_before = watch_traffic(self.cluster)
             timed_rounds: list[Round] = []
             drift_cost.add(
                 self.api.measure(
                     len(keys), partial(self._grid_round_into, keys, instant, warm, timed_rounds)
                 )
             )
+            traffic = traffic.plus(watch_traffic(self.cluster).since(traffic_before))
             sampled = sampler.stop()
             if sampled is not None:
                 profiles.append(sampled)
+            apiserver_profiled = profiler.stop()
+            if apiserver_profiled is not None:
+                apiserver_profiles.append(apiserver_profiled)
             mark = marks[0]
             timed = timed_rounds[0]
             for name, pid in pids.items():
@@ -816,7 +832,7 @@ class Bench:
         self.custom.delete_namespaced_custom_object(
             "images.tracebloc.io", "v1alpha1", warm_ns, "imagerefreshpolicies", "bench-warm"
         )
-        floor, floor_cpu = self._patch_floor(n)
+        floor, floor_cpu, floor_profile = self._patch_floor(n)
         rounds = len(patched_all)
         self.table.add(
             "3 tick time at scale",
@@ -838,6 +854,25 @@ class Bench:
             f"{apiserver / floor_cpu:.2f}x" if floor_cpu else "",
             ok=apiserver <= 2 * floor_cpu,
         )
+        if apiserver_profiles and floor_profile is not None:
+            profiled = statistics.mean(p.seconds for p in apiserver_profiles)
+            self.table.add(
+                "3 tick time at scale",
+                f"same rounds: kube-apiserver CPU seconds in the {APISERVER_PROFILE_SECONDS} s "
+                "from the grid instant, against the floor's from its first write (the "
+                "rollouts the writes start are in both; its pprof profile)",
+                _fmt(profiled, 2),
+                "",
+                f"floor {_fmt(floor_profile.seconds, 2)}",
+                f"{profiled / floor_profile.seconds:.2f}x" if floor_profile.seconds else "",
+            )
+            for label, taken in (("rounds", apiserver_profiles[0]), ("floor", floor_profile)):
+                self.table.add(
+                    "3 tick time at scale",
+                    f"where kube-apiserver's CPU goes in those {APISERVER_PROFILE_SECONDS} s, "
+                    f"{label} (pprof, cumulative, overlapping)",
+                    taken.shares(),
+                )
         self.table.add(
             "3 tick time at scale",
             "same rounds: the operator's CPU per policy tick (follow-ups of the round included)",
@@ -868,6 +903,12 @@ class Bench:
             "3 tick time at scale",
             "same rounds: one policy, the instant → its tick done, median / max",
             f"{_fmt(statistics.median(per_policy), 2)} s / {_fmt(max(per_policy), 2)} s",
+        )
+        self.table.add(
+            "3 tick time at scale",
+            "same rounds: watch events the API server sent per round, every watcher's, by "
+            "resource (the operator's share is the difference between its settings)",
+            traffic.text(rounds),
         )
         busiest = sorted(cpu_used.items(), key=lambda item: -item[1])
         self.table.add(
@@ -908,40 +949,82 @@ class Bench:
                 copies.pods_kept += WatchedPod.from_api(item, keys).size
         return copies
 
-    def _patch_floor(self, n: int) -> tuple[float, float]:
-        """What the same cluster needs for the patches alone: the floor under row 3's figure.
+    def _patch_floor(self, n: int) -> tuple[float, float, ApiserverProfile | None]:
+        """What the same cluster needs for the writes alone: the floor under row 3's figure.
 
-        Every workload of the fleet gets one merge patch of its pod template (an annotation:
-        a rollout as an image change starts one, and no image moves under the operator's
-        feet), sent by a plain client 16 at a time — the writes a perfect operator could not
-        avoid, with none of its reads, status writes or events.
+        For each policy, its intent write (a merge patch of its whole status, the size of the
+        operator's PUT: the status it carries with each target's message changed, so that the
+        write is a real one) and then one JSON Patch of each of its workloads' pod template (an
+        annotation: a rollout as an image change starts one, and no image moves under the
+        operator's feet), sent by a plain client 16 at a time, each policy's patches only once
+        its intent write is answered — the writes a perfect operator could not avoid, with
+        none of its reads, outcome writes or events.
         """
         fleet = self.fleet
-        names = [
-            (fleet.namespace(p), fleet.workload_name(p, t))
-            for p in range(fleet.policies)
-            for t in range(fleet.targets)
+        # A JSON Patch, as the operator's are (a list body: the client sends it as one).
+        body = [
+            {
+                "op": "add",
+                "path": "/spec/template/metadata/annotations",
+                "value": {"bench/floor": "1"},
+            }
         ]
-        body = {"spec": {"template": {"metadata": {"annotations": {"bench/floor": "1"}}}}}
+        statuses = {
+            (item["metadata"]["namespace"], item["metadata"]["name"]): item
+            for item in cast(
+                dict[str, Any],
+                self.custom.list_cluster_custom_object(
+                    "images.tracebloc.io", "v1alpha1", "imagerefreshpolicies"
+                ),
+            )["items"]
+        }
         pids = self.env.component_pids()
         cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+        pool = ThreadPoolExecutor(16)
+        profiler = ApiserverProfiler(
+            self.cluster, APISERVER_PROFILE_SECONDS, self.config.logs / "floor.apiserver.pprof"
+        )
+
+        def patch(namespace: str, name: str) -> None:
+            self.apps.patch_namespaced_deployment(name, namespace, body)
+
+        def intent(index: int) -> list[Future[None]]:
+            namespace, name = fleet.namespace(index), fleet.policy_name(index)
+            status = statuses[(namespace, name)].get("status", {})
+            for target in status.get("targets", []):
+                target["message"] = f"{target.get('message', '')} (floor)"
+            # A merge patch of the whole status: no resourceVersion to race the operator for.
+            self.custom.patch_namespaced_custom_object_status(
+                "images.tracebloc.io",
+                "v1alpha1",
+                namespace,
+                "imagerefreshpolicies",
+                name,
+                {"status": status},
+            )
+            return [
+                pool.submit(patch, namespace, fleet.workload_name(index, t))
+                for t in range(fleet.targets)
+            ]
+
         started = time.monotonic()
-
-        def patch(key: tuple[str, str]) -> None:
-            self.apps.patch_namespaced_deployment(key[1], key[0], body)
-
-        with ThreadPoolExecutor(16) as pool:
-            list(pool.map(patch, names))
+        with pool:
+            intents = [pool.submit(intent, index) for index in range(fleet.policies)]
+            for patches in [i.result() for i in intents]:
+                for sent in patches:
+                    sent.result()
         took = time.monotonic() - started
         used = {name: cpu_seconds(pid) - cpu_before[name] for name, pid in pids.items()}
         self.table.add(
             "3 tick time at scale",
-            f"floor: the {n} template patches alone, from a plain client 16 at a time "
-            "(no reads, no status, no events): first sent → last answered",
+            f"floor: the {fleet.policies} intent writes and {n} template patches alone, from a "
+            "plain client 16 at a time (no reads, outcome writes or events): first sent → last "
+            "answered",
             f"{_fmt(took, 2)} s (kube-apiserver {_fmt(used.get('kube-apiserver', 0), 2)} CPU s)",
         )
+        profiled = profiler.stop()
         wait_for(lambda: self.settled(fleet.namespace_names), "the fleet's rollouts", 900, 2)
-        return took, used.get("kube-apiserver", 0.0)
+        return took, used.get("kube-apiserver", 0.0), profiled
 
     # -- (4) memory soak and (5) latency ----------------------------------------------------
 
