@@ -106,6 +106,8 @@ HUB_TOKEN_LIFETIME = 300  # Docker Hub's anonymous pull tokens live 300 s
 GRID_INTERVAL = 30.0
 # kube-apiserver's CPU profile of a scale round and of the floor: this long from the first write.
 APISERVER_PROFILE_SECONDS = 10
+# At the edge, one digest change writes no more than polling did (2 patches, 3 status, 9 events).
+EDGE_CHANGE_WRITES = 14
 LEASE_SECONDS = 15.0  # imagerefresh run's default --leader-election-lease-duration
 LAPSED_TOKEN_LIFETIME = 5  # shorter than the spacing of measured ticks: every tick needs one
 
@@ -562,6 +564,14 @@ class Bench:
             change,
             idle_target=False,
         )
+        per_change = change.write_total / max(change.ticks, 1)
+        self.table.add(
+            "2 API, edge",
+            "one digest change until Current: API writes (polling's, 2026-12-01: 14)",
+            _fmt(per_change, 2),
+            f"≤ {EDGE_CHANGE_WRITES}",
+            ok=per_change <= EDGE_CHANGE_WRITES,
+        )
         self.table.add(
             "5 latency, verdicts",
             f"health window end → verdict in status (Current), median / max ({len(verdicts)} "
@@ -847,24 +857,29 @@ class Bench:
         apiserver = cpu_used.get("kube-apiserver", 0.0) / rounds
         self.table.add(
             "3 tick time at scale",
-            "same rounds: kube-apiserver CPU seconds per round",
+            "same rounds: kube-apiserver CPU seconds per round, from before the grid instant to "
+            "the last tick done (the floor's: first write sent to last answered, so few of its "
+            "rollouts' follow-on writes fall in it)",
             _fmt(apiserver, 2),
-            "≤ 2x floor's",
+            "",
             f"floor {_fmt(floor_cpu, 2)}",
             f"{apiserver / floor_cpu:.2f}x" if floor_cpu else "",
-            ok=apiserver <= 2 * floor_cpu,
+            # Without the profiles (no Go to read them), this row carries the verdict.
+            ok=None if apiserver_profiles and floor_profile else apiserver <= 2 * floor_cpu,
         )
         if apiserver_profiles and floor_profile is not None:
-            profiled = statistics.mean(p.seconds for p in apiserver_profiles)
+            profiled = max(p.seconds for p in apiserver_profiles)
             self.table.add(
                 "3 tick time at scale",
                 f"same rounds: kube-apiserver CPU seconds in the {APISERVER_PROFILE_SECONDS} s "
-                "from the grid instant, against the floor's from its first write (the "
-                "rollouts the writes start are in both; its pprof profile)",
+                "from the grid instant (the worst round), against the floor's from its first "
+                "write: equal windows, each holding its writes and the rollouts they start "
+                "(its pprof profile)",
                 _fmt(profiled, 2),
-                "",
+                "≤ 2x floor's",
                 f"floor {_fmt(floor_profile.seconds, 2)}",
                 f"{profiled / floor_profile.seconds:.2f}x" if floor_profile.seconds else "",
+                ok=profiled <= 2 * floor_profile.seconds,
             )
             for label, taken in (("rounds", apiserver_profiles[0]), ("floor", floor_profile)):
                 self.table.add(
