@@ -3,6 +3,7 @@ policy is told each reason once."""
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -111,3 +112,14 @@ def test_a_summary_that_fits_whole_names_every_target_and_no_count() -> None:
     events = [_refreshing(f"t{i}", f"patching t{i}") for i in range(3)]
     [(_, _, message)] = about_the_policy(events)
     assert message == "3 targets: patching t0; patching t1; patching t2"
+
+
+def test_no_summary_outgrows_an_event_whatever_its_targets_messages_measure() -> None:
+    for size in range(1, 400):
+        events = [_refreshing(f"t{i}", "m" * size) for i in range(64)]
+        [(_, _, message)] = about_the_policy(events)
+        assert len(message) <= MAX_EVENT_MESSAGE, size
+        # Every target is named or counted, none twice.
+        named = len(re.findall(rf"(?:: |; )m{{{size}}}(?=;|$)", message))
+        more = re.search(r"; and (\d+) more \(each on its workload\)$", message)
+        assert named + (int(more[1]) if more else 0) == 64, size
