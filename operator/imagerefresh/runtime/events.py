@@ -33,9 +33,6 @@ log = structlog.get_logger(__name__)
 
 DEFAULT_WORKERS = 2
 DEFAULT_BACKLOG = 10_000
-# An Event's message is cut at this length by the API layer: a summary names the targets that
-# fit and counts the rest.
-SUMMARY_LENGTH = MAX_EVENT_MESSAGE
 
 
 def about_the_policy(events: Sequence[Event]) -> list[tuple[str, str, str]]:
@@ -54,8 +51,8 @@ def _summary(messages: list[str]) -> str:
     text = f"{len(messages)} targets: {messages[0]}"
     for shown, message in enumerate(messages[1:], start=1):
         joined, left = f"{text}; {message}", len(messages) - shown - 1
-        # What follows must still fit: the count of the messages not named.
-        if len(joined) + (len(_more(left)) if left else 0) > SUMMARY_LENGTH:
+        # What follows must still fit the API layer's cut: the count of the messages not named.
+        if len(joined) + (len(_more(left)) if left else 0) > MAX_EVENT_MESSAGE:
             return text + _more(len(messages) - shown)
         text = joined
     return text
