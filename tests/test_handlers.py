@@ -11,9 +11,10 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import kopf
 import pytest
 
-from imagerefresh.handlers import WATCH_CLIENT_TIMEOUT, WATCH_SERVER_TIMEOUT
+from imagerefresh.handlers import WATCH_CLIENT_TIMEOUT, WATCH_SERVER_TIMEOUT, NoEssence
 
 from support.accounts import audited_kubeconfig, audited_requests
 from support.cluster_env import Cluster, eventually
@@ -119,3 +120,20 @@ def test_a_namespace_pattern_is_served_from_one_cluster_wide_watch_without_listi
     requests = audited_requests(cluster, account, "ResponseStarted")
     assert not [uri for verb, uri, _ in requests if verb == "watch" and uri.startswith(namespaced)]
     assert not [uri for verb, uri, _ in requests if uri.split("?")[0] == NAMESPACES]
+
+
+def test_no_essence_gives_kopf_nothing_to_copy_compare_or_store_per_policy_event() -> None:
+    body = kopf.Body(
+        {
+            "metadata": {"name": "p", "labels": {"team": "a"}, "annotations": {"x": "1"}},
+            "spec": {"targets": [{"kind": "Deployment", "name": "d"}]},
+            "status": {"targets": [{"name": "d", "message": "m" * 1000}]},
+        }
+    )
+    storage = NoEssence()
+    patch = kopf.Patch()
+    assert storage.build(body=body) == {}
+    assert storage.build(body=body, extra_fields=["status.targets"]) == {}
+    assert storage.fetch(body=body) == {}
+    storage.store(body=body, patch=patch, essence=kopf.BodyEssence({"spec": {}}))
+    assert not patch

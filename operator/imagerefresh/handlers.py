@@ -14,13 +14,18 @@ in a matching namespace (:mod:`imagerefresh.kube.namespaces` says why kopf does 
 Handlers are registered on a registry built by :func:`build_registry`, never at import time;
 kopf's log-to-event posting is limited to warnings so that the operator's own events stay the
 ones an SRE reads.
+
+kopf works out on every event of a policy what changed since the last one it handled (its
+"diff base": a deep copy of the whole body, cleaned, and compared), for change handlers.
+There are none here, and every status write of ours is such an event, so
+:class:`NoEssence` tells kopf that nothing a handler of ours reads ever changes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +44,7 @@ __all__ = [
     "PLURAL",
     "REFRESH_NOW_ANNOTATION",
     "VERSION",
+    "NoEssence",
     "Runtime",
     "build_registry",
 ]
@@ -54,6 +60,22 @@ REFRESH_NOW_ANNOTATION = "images.tracebloc.io/refresh-now"
 WATCH_SERVER_TIMEOUT = 25
 WATCH_CLIENT_TIMEOUT = 35.0
 DEFAULT_INTERVAL: float = PolicySpec.model_fields["interval"].default.total_seconds()
+
+
+class NoEssence(kopf.DiffBaseStorage):
+    """A diff base for an operator without change handlers: every essence is empty, none is
+    stored. kopf still detects creations and deletions from the event's type."""
+
+    def build(
+        self, *, body: kopf.Body, extra_fields: Iterable[kopf.FieldSpec] | None = None
+    ) -> kopf.BodyEssence:
+        return kopf.BodyEssence()
+
+    def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
+        return kopf.BodyEssence()
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
+        pass
 
 
 @dataclass
@@ -104,9 +126,7 @@ def build_registry(scope: NamespaceScope | None = None) -> kopf.OperatorRegistry
         # Nothing of kopf's is stored on policies: no handler here persists state or needs a
         # finalizer. Kept under our group in case a future handler does.
         settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
-        settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-            prefix=GROUP, key="last-handled-configuration"
-        )
+        settings.persistence.diffbase_storage = NoEssence()
         settings.posting.level = logging.WARNING
         settings.watching.server_timeout = WATCH_SERVER_TIMEOUT
         settings.watching.client_timeout = WATCH_CLIENT_TIMEOUT
