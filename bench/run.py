@@ -67,6 +67,8 @@ from harness import (
     runtime_venv,
     wait_for,
 )
+from imports import ROUNDS as IMPORT_ROUNDS
+from imports import import_costs
 
 from imagerefresh.runtime.kept import label_keys
 from imagerefresh.runtime.watches import KeptWorkload, WatchedPod
@@ -1277,6 +1279,13 @@ class Bench:
                 f"start-up: where its CPU went (py-spy, {startup.samples} samples); hottest",
                 f"{startup.shares()}; {startup.hottest()}",
             )
+        imports = import_costs(self.venv)
+        self.table.add(
+            "6 leader election (lease 15 s, renew 10 s, retry 2 s)",
+            "start-up's floor: CPU of each import alone in a fresh process (median of "
+            f"{IMPORT_ROUNDS})",
+            ", ".join(f"{name} {_fmt(seconds, 2)} CPU-s" for name, seconds in imports.items()),
+        )
         lease = LEASE_SECONDS
         self.table.add(
             "6 leader election (lease 15 s, renew 10 s, retry 2 s)",
