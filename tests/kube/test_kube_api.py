@@ -705,3 +705,37 @@ def test_an_unreachable_api_server_is_kube_unavailable() -> None:
     assert raised.value.status is None
     assert "get Deployment default/web" in str(raised.value)
     api.post_event({"kind": "Deployment", "metadata": {"name": "web"}}, "Normal", "X", "y")
+
+
+def test_a_refreshed_bearer_token_is_asked_for_and_sent_with_every_request(
+    cluster: Cluster, namespace: str
+) -> None:
+    # As an exec plugin or the in-cluster loader leave it: a token behind a refresh hook.
+    cluster.apply(
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "bearer"}},
+        namespace=namespace,
+    )
+    token = cluster.kubectl("create", "token", "bearer", "-n", namespace).stdout.strip()
+    configuration = kubernetes.client.Configuration()
+    kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
+        config_file=cluster.kubeconfig, client_configuration=configuration, persist_config=False
+    )
+    configuration.cert_file = configuration.key_file = None  # the token alone authenticates
+    asked: list[int] = []
+
+    def refresh(config: kubernetes.client.Configuration) -> None:
+        asked.append(1)
+        config.api_key = {"BearerToken": token}
+        config.api_key_prefix = {"BearerToken": "Bearer"}
+
+    configuration.refresh_api_key_hook = refresh
+    api = KubeApi(kubernetes.client.ApiClient(configuration))
+    review = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+    path = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
+
+    for _ in range(2):
+        answer = api._request("who am I", "POST", path, body=review, gated=False)
+        user = answer["status"]["userInfo"]["username"]
+        assert user == f"system:serviceaccount:{namespace}:bearer"
+    assert len(asked) >= 2
+    api.close()
