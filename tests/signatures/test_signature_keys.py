@@ -5,6 +5,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
+import subprocess
+import sys
 
 import pytest
 from cryptography.hazmat.primitives import serialization
@@ -212,3 +214,24 @@ def test_keys_are_the_same_key_exactly_when_their_fingerprints_are() -> None:
     assert first != other
     assert first != first.fingerprint  # not a key: unequal, and no error
     assert len({first, rewrapped, other}) == 2
+
+
+def test_the_operator_loads_cryptography_only_when_a_policy_lists_a_key() -> None:
+    # In a process of its own: what `imagerefresh run` imports, then a policy with a key.
+    code = (
+        "import sys\n"
+        "import imagerefresh.cli.operate\n"
+        "from imagerefresh.models import PolicySpec\n"
+        "spec = {'targets': [{'kind': 'Deployment', 'name': 'd',"
+        " 'containers': [{'name': 'c', 'image': 'r.example/a:prod'}]}]}\n"
+        "PolicySpec.model_validate(spec)\n"
+        "print(any(m.startswith('cryptography') for m in sys.modules))\n"
+        "spec['verify'] = {'publicKeys': [sys.argv[1]]}\n"
+        "PolicySpec.model_validate(spec)\n"
+        "print(any(m.startswith('cryptography') for m in sys.modules))\n"
+    )
+    pem = _pem(ec.generate_private_key(ec.SECP256R1()).public_key())
+    done = subprocess.run(
+        [sys.executable, "-c", code, pem], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert done.stdout.split() == ["False", "True"]

@@ -14,6 +14,10 @@ on trust. Other curves, DSA, PKCS #1 ``RSA PUBLIC KEY`` blocks and private keys 
 The fingerprint is ``sha256:`` and the hex sha256 of the key's DER, which is what
 ``status.verifiedBy`` reports. The DER must be the canonical encoding of the key, so one key
 has one fingerprint however it was pasted.
+
+``cryptography`` is imported when the first key is parsed, not with this module: its compiled
+core is about 7 MiB of resident memory and 20 ms of every start, which an operator whose
+policies verify no signature would pay for nothing.
 """
 
 from __future__ import annotations
@@ -23,12 +27,15 @@ import binascii
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
+from typing import TYPE_CHECKING
 
 from imagerefresh.signatures.errors import InvalidPublicKey
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
+    _VerifyingKey = ec.EllipticCurvePublicKey | rsa.RSAPublicKey
 
 __all__ = [
     "MAX_KEYS",
@@ -49,8 +56,6 @@ MAX_RSA_BITS = 8192
 
 _BEGIN = "-----BEGIN PUBLIC KEY-----"
 _END = "-----END PUBLIC KEY-----"
-
-_VerifyingKey = ec.EllipticCurvePublicKey | rsa.RSAPublicKey
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -73,6 +78,9 @@ class PublicKey:
 
     def verifies(self, signature: bytes, message: bytes) -> bool:
         """Whether ``signature`` is this key's signature over ``message``."""
+        from cryptography.exceptions import InvalidSignature
+        from cryptography.hazmat.primitives.asymmetric import ec, padding
+
         try:
             if isinstance(self._key, ec.EllipticCurvePublicKey):
                 self._key.verify(signature, message, ec.ECDSA(self._hash))
@@ -102,6 +110,9 @@ def _der(text: str, where: str) -> bytes:
 
 
 def _scheme(key: object, where: str) -> tuple[_VerifyingKey, hashes.HashAlgorithm, str]:
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+
     if isinstance(key, ec.EllipticCurvePublicKey):
         if isinstance(key.curve, ec.SECP256R1):
             return key, hashes.SHA256(), "ECDSA P-256"
@@ -133,6 +144,9 @@ def parse_public_key(text: str, *, where: str = "the public key") -> PublicKey:
         raise InvalidPublicKey(
             f"{where} is {len(text)} characters; one public key is at most {MAX_PEM_CHARS}"
         )
+    from cryptography.exceptions import UnsupportedAlgorithm
+    from cryptography.hazmat.primitives import serialization
+
     der = _der(text, where)
     try:
         loaded = serialization.load_der_public_key(der)
