@@ -728,6 +728,9 @@ def test_a_refreshed_bearer_token_is_asked_for_and_sent_with_every_request(
         config.api_key = {"BearerToken": token}
         config.api_key_prefix = {"BearerToken": "Bearer"}
 
+    # A stale token first, as the loaders leave one: the request must ask the hook for a new one.
+    configuration.api_key = {"BearerToken": "stale"}
+    configuration.api_key_prefix = {"BearerToken": "Bearer"}
     configuration.refresh_api_key_hook = refresh
     api = KubeApi(kubernetes.client.ApiClient(configuration))
     review = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
