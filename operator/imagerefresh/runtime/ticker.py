@@ -152,7 +152,6 @@ class PolicyTicker:
         policy = await asyncio.to_thread(self.api.read_policy, namespace, name)
         if policy is None:
             return None
-        metadata = policy["metadata"]
         gathered = await gather(
             policy,
             api=self.api,
@@ -160,7 +159,7 @@ class PolicyTicker:
             ledger=self.ledger,
             config=self.config,
             now=self.clock(),
-            claimed_elsewhere=self.claims.elsewhere(metadata["namespace"], metadata["name"]),
+            claimed_elsewhere=self.claims.elsewhere(policy),
             shared_reads=self.shared_reads,
             verifier=self.verifier,
             nodes=self.nodes,
@@ -274,7 +273,7 @@ class PolicyTicker:
                 policy,
                 api=self.api,
                 config=self.config,
-                claimed_elsewhere=self.claims.elsewhere(namespace, name),
+                claimed_elsewhere=self.claims.elsewhere(policy),
                 follow_up=follow_up,
                 shared_reads=self.shared_reads,
                 asked_at=asked_at,
