@@ -97,7 +97,8 @@ def test_the_real_node_is_a_ready_kubelet_on_containerd_2_that_only_opted_in_pod
 
 
 def test_pinned_pods_restart_with_the_registry_stopped_and_a_tag_on_always_does_not(
-    node_operator: Operator,
+    crd_installed: Cluster,
+    registry: str,
     cluster: Cluster,
     real_node: RealNode,
     policy_namespace: str,
@@ -119,13 +120,18 @@ def test_pinned_pods_restart_with_the_registry_stopped_and_a_tag_on_always_does_
         )
         real_node.running(ns, "pinned")
         real_node.running(ns, "always")
+        # The only operator here: a second one, not told this registry speaks plain HTTP, would
+        # write its errors into the same status.
         with running_operator(
             cluster,
-            node_operator.registry,
+            registry,
             tmp_path / "own-operator.log",
             extra_args=("--insecure-registry", own.host),
         ) as operator:
-            cluster.apply(policy("control-plane", target("pinned", app=tag)), namespace=ns)
+            # Judged as it settles: this test is about the restart, not the health window.
+            cluster.apply(
+                policy("control-plane", target("pinned", app=tag), healthyFor="0s"), namespace=ns
+            )
             operator.wait_first_tick(ns, "control-plane")
             adopted = settle(operator, cluster, ns, "pinned")
             assert adopted["containers"][0]["running"] == [first.digest]

@@ -14,10 +14,11 @@ from typing import Any
 
 import pytest
 
-from support.cluster_env import Cluster, eventually
+from support.cluster_env import Cluster
 from support.operator_env import Operator
 from support.registry_env import ImagePusher
 from support.scenario import (
+    cooling_policy,
     deployment,
     event_messages,
     event_reasons,
@@ -77,19 +78,6 @@ def test_a_failed_build_stays_barred_when_the_tag_moves_away_and_back_and_a_new_
     assert all(bad in message for message in messages)
 
 
-def _cooling(cluster: Cluster, pusher: ImagePusher, ns: str, reg: str, age: str) -> str:
-    """Deployment ``app`` pinned to a first build, a policy on its tag with ``minimumAge``;
-    the first build's digest."""
-    first = pusher.push(f"{ns}/app", "prod", seed=f"{ns}-first")
-    cluster.apply(deployment("app", {"app": f"{reg}/{ns}/app@{first.digest}"}), namespace=ns)
-    cluster.kubectl("rollout", "status", "-n", ns, "deployment/app", "--timeout=60s")
-    cluster.apply(
-        policy("control-plane", target("app", app=f"{reg}/{ns}/app:prod"), minimumAge=age),
-        namespace=ns,
-    )
-    return first.digest
-
-
 def _seen(cluster: Cluster, ns: str) -> dict[str, Any]:
     (entry,) = status(cluster, ns)["seen"]
     return dict(entry)
@@ -99,7 +87,7 @@ def test_two_pushes_within_the_cooldown_restart_its_clock_and_the_first_is_never
     operator: Operator, cluster: Cluster, pusher: ImagePusher, policy_namespace: str
 ) -> None:
     ns, reg = policy_namespace, operator.registry
-    first = _cooling(cluster, pusher, ns, reg, "1h")
+    first = cooling_policy(cluster, pusher, ns, reg, "1h")
     operator.wait_first_tick(ns, "control-plane")
     assert _seen(cluster, ns)["digest"] == first
     assert target_status(cluster, ns, "app")["phase"] == "Current"
@@ -128,7 +116,7 @@ def test_the_cooldown_clock_survives_a_restart_of_the_operator(
     operator: Operator, cluster: Cluster, pusher: ImagePusher, policy_namespace: str
 ) -> None:
     ns, reg = policy_namespace, operator.registry
-    first = _cooling(cluster, pusher, ns, reg, "1h")
+    first = cooling_policy(cluster, pusher, ns, reg, "1h")
     operator.wait_first_tick(ns, "control-plane")
     pusher.push(f"{ns}/app", "prod", seed="after")
     operator.tick(ns, "control-plane")
@@ -141,28 +129,6 @@ def test_the_cooldown_clock_survives_a_restart_of_the_operator(
     assert _seen(cluster, ns) == before
     assert target_status(cluster, ns, "app")["message"] == message
     assert images(cluster, ns, "app") == {"app": f"{reg}/{ns}/app@{first}"}
-
-
-def test_a_cooled_down_build_is_pinned_when_its_cooldown_ends_with_no_tick_asked_for(
-    operator_without_interval_ticks: Operator,
-    cluster: Cluster,
-    pusher: ImagePusher,
-    policy_namespace: str,
-) -> None:
-    operator = operator_without_interval_ticks
-    ns, reg = policy_namespace, operator.registry
-    _cooling(cluster, pusher, ns, reg, "15s")
-    operator.wait_first_tick(ns, "control-plane")
-    later = pusher.push(f"{ns}/app", "prod", seed="later")
-    operator.tick(ns, "control-plane")
-    assert target_status(cluster, ns, "app")["phase"] == "Waiting"
-    # No interval tick falls inside this test (the operator's grid starts an interval after
-    # it did): only the wake-up at the cooldown's end can pin it now.
-    eventually(
-        lambda: images(cluster, ns, "app") == {"app": f"{reg}/{ns}/app@{later.digest}"},
-        timeout=90,
-        what="the build pinned when its cooldown ended",
-    )
 
 
 @pytest.mark.parametrize("gate", ["cooling down", "failed here"])

@@ -258,6 +258,9 @@ def crd_installed(cluster: Cluster) -> Cluster:
     return cluster
 
 
+_RUNNING: list[Operator] = []  # the operators running_operator started and has not stopped
+
+
 @contextlib.contextmanager
 def running_operator(
     cluster: Cluster,
@@ -267,7 +270,17 @@ def running_operator(
     grid_from_start: bool = False,
     extra_args: tuple[str, ...] = (),
 ) -> Iterator[Operator]:
-    """``imagerefresh run`` against the test cluster and registry, behind a Docker-Hub front."""
+    """``imagerefresh run`` against the test cluster and registry, behind a Docker-Hub front.
+
+    One at a time: every test operator watches the same namespaces (irp-*), so a second one
+    would tick the same policies and overwrite the first one's status. A module-scoped operator
+    lives until its module ends; a test that needs an operator of its own belongs elsewhere.
+    """
+    if _RUNNING:
+        raise RuntimeError(
+            f"an operator is already running (log {_RUNNING[0].log_path}): two would tick the "
+            "same policies; move the test to a module without a module-wide operator"
+        )
     front = HubFront(registry).start()
     running = Operator(
         cluster,
@@ -279,9 +292,11 @@ def running_operator(
         grid_from_start=grid_from_start,
     )
     running.start()
+    _RUNNING.append(running)
     try:
         yield running
     finally:
+        _RUNNING.remove(running)
         running.stop()
         front.stop()
         if os.environ.get("IMAGEREFRESH_SHOW_OPERATOR_LOG"):

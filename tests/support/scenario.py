@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from imagerefresh.models.policy import PolicySpec
+
 from support.cluster_env import Cluster, eventually
 from support.operator_env import Operator, kwok_pod_template
 from support.registry_env import ImagePusher
@@ -102,14 +104,30 @@ def settle(
     phase: str = "Current",
     timeout: float = 60,
 ) -> dict[str, Any]:
-    """Tick until the target reaches ``phase`` (a rollout takes a few ticks to be judged)."""
+    """Tick until the target reaches ``phase`` (a rollout takes a few ticks to be judged).
+
+    The wait is ``timeout`` past the target's health window: a refresh becomes Current only once
+    its pods stayed up that long, so a shorter wait would race the operator's clock.
+    """
+    window = health_window(cluster, namespace, workload)
 
     def reached() -> dict[str, Any] | None:
         operator.tick(namespace, "control-plane")
         found = target_status(cluster, namespace, workload)
-        return found if found["phase"] == phase else None
+        if found["phase"] != phase:
+            raise AssertionError(f"phase {found['phase']}: {found.get('message', '')}")
+        return found
 
-    return eventually(reached, timeout=timeout, what=f"{workload} to become {phase}", interval=0.5)
+    return eventually(
+        reached, timeout=timeout + window, what=f"{workload} to become {phase}", interval=0.5
+    )
+
+
+def health_window(cluster: Cluster, namespace: str, workload: str) -> float:
+    """Seconds of ``workload``'s health window, as its policy in the cluster sets it."""
+    spec = PolicySpec.model_validate(cluster.get("irp", "control-plane", "-n", namespace)["spec"])
+    declared = next(t for t in spec.targets if t.name == workload)
+    return spec.healthy_for_of(declared).total_seconds()
 
 
 def running_good_digest_with_bad_next(
@@ -137,3 +155,16 @@ def event_messages(cluster: Cluster, namespace: str, involved: str, reason: str)
         "events", "-n", namespace, "--field-selector", f"involvedObject.name={involved}"
     )
     return [e["message"] for e in events["items"] if e["reason"] == reason]
+
+
+def cooling_policy(cluster: Cluster, pusher: ImagePusher, ns: str, reg: str, age: str) -> str:
+    """Deployment ``app`` pinned to a first build, a policy on its tag with ``minimumAge``;
+    the first build's digest."""
+    first = pusher.push(f"{ns}/app", "prod", seed=f"{ns}-first")
+    cluster.apply(deployment("app", {"app": f"{reg}/{ns}/app@{first.digest}"}), namespace=ns)
+    cluster.kubectl("rollout", "status", "-n", ns, "deployment/app", "--timeout=60s")
+    cluster.apply(
+        policy("control-plane", target("app", app=f"{reg}/{ns}/app:prod"), minimumAge=age),
+        namespace=ns,
+    )
+    return first.digest
