@@ -42,9 +42,6 @@ COPY operator/ operator/
 # parsers and PyYAML's mostly): strip drops them, keeping every symbol the loader needs. It is
 # binutils-multiarch's, which reads the target's objects whatever the build machine; a builder
 # base without one installs it first (python:*-slim has no binutils).
-# The kubernetes client ships an asyncio twin of itself (kubernetes/aio, about 63 MiB, a
-# third of the virtualenv) that nothing here imports: the operator's client is the synchronous one,
-# and kopf talks to the API server through aiohttp.
 # (set -eu: podman ignores SHELL in the OCI image format. $target is a list, split on purpose.)
 # (binutils-multiarch is a build tool, so whichever version Debian has serves.)
 # hadolint ignore=SC2086,DL3008
@@ -72,7 +69,6 @@ RUN set -eu; \
       /wheels/imagerefresh-*.whl; \
     mv "$site"/bin/* /opt/venv/bin/; \
     rmdir "$site/bin"; \
-    rm -rf "$site/kubernetes/aio"; \
     /opt/venv/bin/pip uninstall --yes pip setuptools wheel; \
     find /opt/venv -name '*.so' -type f -exec strip --strip-unneeded {} +
 

@@ -31,6 +31,7 @@ from typing import Any
 
 import kopf
 
+from imagerefresh.kube.login import Login
 from imagerefresh.kube.namespaces import NamespaceScope
 from imagerefresh.models import PolicySpec, parse_duration
 from imagerefresh.runtime.leftovers import delete_leftover_helpers
@@ -112,9 +113,11 @@ def _trigger(body: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def build_registry(scope: NamespaceScope | None = None) -> kopf.OperatorRegistry:
+def build_registry(login: Login, scope: NamespaceScope | None = None) -> kopf.OperatorRegistry:
     """A kopf registry with the operator's handlers, for the policies of ``scope`` (all when
-    None). kopf watches where it is told; ``scope`` decides which of those policies are ours."""
+    None). kopf watches where it is told; ``scope`` decides which of those policies are ours.
+    kopf logs in as the operator's own requests do (``login``), and asks again on a 401 or
+    when the token it holds expires."""
     registry = kopf.OperatorRegistry()
     serves = (scope or NamespaceScope()).serves
 
@@ -141,8 +144,8 @@ def build_registry(scope: NamespaceScope | None = None) -> kopf.OperatorRegistry
         memo.ticker.close()
 
     @kopf.on.login(registry=registry)
-    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-        return kopf.login_via_client(**kwargs)
+    def log_in(**_: Any) -> kopf.ConnectionInfo:
+        return login.info()
 
     @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry, when=in_scope)
     async def noticed(body: kopf.Body, type: str | None, memo: Runtime, **_: Any) -> None:

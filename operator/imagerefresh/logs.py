@@ -1,7 +1,7 @@
 """Structured logs: structlog everywhere, JSON when stderr is not a terminal.
 
 One configuration for the operator's own lines and the standard-library loggers (kopf, httpx,
-kubernetes) alike, so a log collector sees one format. Logs go to stderr: stdout belongs to
+urllib3) alike, so a log collector sees one format. Logs go to stderr: stdout belongs to
 commands' answers (``imagerefresh resolve`` prints the digest there).
 """
 

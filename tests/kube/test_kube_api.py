@@ -8,13 +8,14 @@ impersonating ServiceAccounts that lack the right; nothing is mocked. Waits are 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
-import kubernetes.client
-import kubernetes.config
+import kopf
 import pytest
 
 from imagerefresh.credentials import credentials_for
@@ -25,11 +26,15 @@ from imagerefresh.kube import (
     PreconditionFailed,
     ResourceConflict,
 )
+from imagerefresh.kube.kubeconfig import from_kubeconfig
+from imagerefresh.kube.login import TOKEN_REREAD_SECONDS, Login, read_token
+from imagerefresh.kube.transport import Connection
 from imagerefresh.models import WorkloadKind
 from imagerefresh.planner.actions import ImageChange, ImagePatch, PatchPurpose
 from imagerefresh.planner.evidence import ObservedPod, TargetKey, Workload
 from imagerefresh.reference import parse
 
+from support.accounts import impersonating as acting_as
 from support.cluster_env import Cluster, eventually
 from support.guarded import unguarded
 
@@ -57,11 +62,7 @@ def crd(crd_installed: Cluster) -> Cluster:
 
 def impersonating(cluster: Cluster, namespace: str, account: str) -> KubeApi:
     """A KubeApi that acts as ServiceAccount ``namespace/account`` (admin impersonates it)."""
-    client = kubernetes.config.new_client_from_config(  # type: ignore[no-untyped-call]
-        config_file=cluster.kubeconfig, persist_config=False
-    )
-    client.set_default_header("Impersonate-User", f"system:serviceaccount:{namespace}:{account}")
-    return KubeApi(client)
+    return acting_as(cluster.kubeconfig, f"system:serviceaccount:{namespace}:{account}")
 
 
 def pod_spec(*containers: Json, **extra: Any) -> Json:
@@ -694,10 +695,8 @@ def test_an_unreachable_api_server_is_kube_unavailable() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    configuration = kubernetes.client.Configuration()
-    configuration.host = f"https://127.0.0.1:{port}"
-    configuration.retries = 0
-    api = KubeApi(kubernetes.client.ApiClient(configuration), timeout=(2.0, 2.0))
+    login = Login(kopf.ConnectionInfo(server=f"https://127.0.0.1:{port}"))
+    api = KubeApi(Connection(login), timeout=(2.0, 2.0))
 
     with pytest.raises(KubeUnavailable, match="could not be reached") as raised:
         api.read_workload("Deployment", "default", "web")
@@ -707,38 +706,41 @@ def test_an_unreachable_api_server_is_kube_unavailable() -> None:
     api.post_event({"kind": "Deployment", "metadata": {"name": "web"}}, "Normal", "X", "y")
 
 
-def test_a_refreshed_bearer_token_is_asked_for_and_sent_with_every_request(
-    cluster: Cluster, namespace: str
+def test_a_rotated_token_file_is_read_again_a_minute_later_and_sent(
+    cluster: Cluster, namespace: str, tmp_path: Path
 ) -> None:
-    # As an exec plugin or the in-cluster loader leave it: a token behind a refresh hook.
-    cluster.apply(
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "bearer"}},
-        namespace=namespace,
+    # As the kubelet rotates a projected ServiceAccount token: the file changes under us.
+    tokens = {}
+    for account in ("before", "after"):
+        cluster.apply(
+            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": account}},
+            namespace=namespace,
+        )
+        tokens[account] = cluster.kubectl("create", "token", account, "-n", namespace).stdout
+    token_file = tmp_path / "token"
+    token_file.write_text(tokens["before"])
+    # The admin's server and CA, without its client certificate: the token alone authenticates.
+    admin = from_kubeconfig(cluster.kubeconfig).info()
+    base = dataclasses.replace(admin, certificate_data=None, private_key_data=None)
+    now = [0.0]
+    login = Login(
+        base,
+        lambda: (read_token(token_file), None),
+        reread_seconds=TOKEN_REREAD_SECONDS,
+        clock=lambda: now[0],
     )
-    token = cluster.kubectl("create", "token", "bearer", "-n", namespace).stdout.strip()
-    configuration = kubernetes.client.Configuration()
-    kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
-        config_file=cluster.kubeconfig, client_configuration=configuration, persist_config=False
-    )
-    configuration.cert_file = configuration.key_file = None  # the token alone authenticates
-    asked: list[int] = []
-
-    def refresh(config: kubernetes.client.Configuration) -> None:
-        asked.append(1)
-        config.api_key = {"BearerToken": token}
-        config.api_key_prefix = {"BearerToken": "Bearer"}
-
-    # A stale token first, as the loaders leave one: the request must ask the hook for a new one.
-    configuration.api_key = {"BearerToken": "stale"}
-    configuration.api_key_prefix = {"BearerToken": "Bearer"}
-    configuration.refresh_api_key_hook = refresh
-    api = KubeApi(kubernetes.client.ApiClient(configuration))
+    api = KubeApi(Connection(login))
     review = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
     path = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
 
-    for _ in range(2):
+    def who() -> str:
         answer = api._request("who am I", "POST", path, body=review, gated=False)
-        user = answer["status"]["userInfo"]["username"]
-        assert user == f"system:serviceaccount:{namespace}:bearer"
-    assert len(asked) >= 2
+        return str(answer["status"]["userInfo"]["username"])
+
+    assert who() == f"system:serviceaccount:{namespace}:before"
+    token_file.write_text(tokens["after"])
+    now[0] += TOKEN_REREAD_SECONDS - 1
+    assert who() == f"system:serviceaccount:{namespace}:before"
+    now[0] += 1
+    assert who() == f"system:serviceaccount:{namespace}:after"
     api.close()

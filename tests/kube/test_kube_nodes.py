@@ -26,7 +26,7 @@ NODES = "/api/v1/nodes"
 @pytest.fixture
 def api(cluster: Cluster) -> Iterator[CountingKubeApi]:
     base = KubeApi.from_environment(cluster.kubeconfig)
-    counting = CountingKubeApi(base.api_client)
+    counting = CountingKubeApi(base.connection)
     yield counting
     counting.close()
 

@@ -12,8 +12,6 @@ from typing import Any
 
 import pytest
 import urllib3
-from kubernetes.client.exceptions import ApiException
-from kubernetes.config import ConfigException
 
 from imagerefresh.kube import (
     Forbidden,
@@ -24,13 +22,14 @@ from imagerefresh.kube import (
     ResourceConflict,
     translate,
 )
+from imagerefresh.kube.errors import ErrorAnswer, UnusableConfig
 from imagerefresh.kube.selectors import InvalidSelector, label_selector
 
 WHAT = "patch Deployment ns/web"
 GENERIC_422 = "the server rejected our request due to an error in our request"
 
 
-def api_error(status: int, message: str, reason: str = "", **details: Any) -> ApiException:
+def api_error(status: int, message: str, reason: str = "", **details: Any) -> ErrorAnswer:
     body = {
         "kind": "Status",
         "status": "Failure",
@@ -39,7 +38,15 @@ def api_error(status: int, message: str, reason: str = "", **details: Any) -> Ap
         "details": details,
         "code": status,
     }
-    return ApiException(status=status, reason=reason, body=json.dumps(body))
+    return ErrorAnswer(status, reason, json.dumps(body))
+
+
+# As urllib3 raises a handshake the CA does not verify, after its retries.
+TLS_FAILED = urllib3.exceptions.MaxRetryError(
+    None,  # type: ignore[arg-type]
+    "/apis",
+    urllib3.exceptions.SSLError("certificate verify failed: unable to get local issuer"),
+)
 
 
 CASES: list[tuple[Exception, type[KubeError], int | None, str]] = [
@@ -86,7 +93,8 @@ CASES: list[tuple[Exception, type[KubeError], int | None, str]] = [
         "retried",
     ),
     (api_error(429, "too many requests", "TooManyRequests"), KubeUnavailable, 429, "retried"),
-    (ApiException(status=0, reason="SSLError: verify failed"), KubeUnavailable, None, "CA"),
+    (TLS_FAILED, KubeUnavailable, None, "the CA in the kubeconfig"),
+    (urllib3.exceptions.SSLError("bad handshake"), KubeUnavailable, None, "the CA"),
     (
         urllib3.exceptions.ReadTimeoutError(None, "/apis", "Read timed out."),  # type: ignore[arg-type]
         KubeUnavailable,
@@ -94,7 +102,7 @@ CASES: list[tuple[Exception, type[KubeError], int | None, str]] = [
         "could not be reached",
     ),
     (ConnectionRefusedError(111, "refused"), KubeUnavailable, None, "could not be reached"),
-    (ConfigException("Invalid kube-config file."), KubeError, None, "set KUBECONFIG"),
+    (UnusableConfig("the kubeconfig has no context 'x'"), KubeError, None, "set KUBECONFIG"),
 ]
 
 
@@ -138,13 +146,13 @@ def test_a_one_shot_command_is_never_told_that_a_tick_retries_it_or_the_operator
         (api_error(503, "etcd leader changed"), "run the command again later"),
         (api_error(409, "the object has been modified", "Conflict"), "run the command again"),
         (api_error(422, GENERIC_422, "Invalid"), "nothing was changed; run the command again"),
-        (ApiException(status=0, reason="SSLError"), "the CA in the kubeconfig, then run the"),
+        (TLS_FAILED, "the CA in the kubeconfig, then run the"),
         (
             ConnectionRefusedError(111, "refused"),
             "that your kubeconfig names it (--kubeconfig, --context), then run the command again",
         ),
         (
-            ConfigException("Invalid kube-config file."),
+            UnusableConfig("the kubeconfig sets no current-context; name a context"),
             "pass --kubeconfig FILE (and --context "
             "NAME) or set KUBECONFIG; without either, ~/.kube/config is read",
         ),

@@ -11,12 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import kubernetes.config
 import pytest
-from kubernetes.client.exceptions import ApiException
 
 from imagerefresh.kube.api import KubeApi
-from imagerefresh.kube.errors import translate
+from imagerefresh.kube.errors import ErrorAnswer, translate
 from imagerefresh.runtime.coverage import AuditUnreadable, read_coverage
 
 from support.cluster_env import Cluster
@@ -36,16 +34,13 @@ class NodesAnswer(KubeApi):
 
     def _request(self, what: str, method: str, path: str, **kwargs: Any) -> Any:
         if path == "/api/v1/nodes":
-            answer = ApiException(status=self.status, reason="injected")
+            answer = ErrorAnswer(self.status, "injected")
             raise translate(answer, what=what)
         return super()._request(what, method, path, **kwargs)
 
 
 def api_answering(cluster: Cluster, status: int) -> KubeApi:
-    client = kubernetes.config.new_client_from_config(  # type: ignore[no-untyped-call]
-        config_file=cluster.kubeconfig, persist_config=False
-    )
-    return NodesAnswer(client, status=status)
+    return NodesAnswer(KubeApi.from_environment(cluster.kubeconfig).connection, status=status)
 
 
 @pytest.fixture

@@ -20,7 +20,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import kubernetes
 import pytest
 import yaml
 from prometheus_client import CollectorRegistry
@@ -37,7 +36,7 @@ from imagerefresh.runtime.schema import (
 )
 from imagerefresh.runtime.schema import Path as FieldPath
 
-from support.accounts import service_account_kubeconfig
+from support.accounts import impersonating, service_account_kubeconfig
 from support.cluster_env import Cluster, eventually
 from support.helm_env import only, render
 from support.operator_env import CRD, kwok_pod_template, running_operator
@@ -226,14 +225,11 @@ def test_the_charts_service_account_reads_the_schema_with_no_rule_of_the_charts(
 async def test_an_identity_that_may_not_read_the_schema_fails_closed(
     crd_installed: Cluster,
 ) -> None:
-    client = kubernetes.config.new_client_from_config(  # type: ignore[no-untyped-call]
-        config_file=crd_installed.kubeconfig, persist_config=False
-    )
     # Anonymous is in no group that system:discovery is bound to: the API server answers 403.
-    client.set_default_header("Impersonate-User", "system:anonymous")
+    acting = impersonating(crd_installed.kubeconfig, "system:anonymous")
     metrics = Metrics(CollectorRegistry())
     with pytest.raises(PolicyUnreadable, match="cannot be read") as refused:
-        await CrdCheck(KubeApi(client), metrics).require()
+        await CrdCheck(acting, metrics).require()
     assert refused.value.part == "crd"
     assert "forbidden" in str(refused.value)
     assert metrics.registry.get_sample_value("imagerefresh_crd_outdated") == 1

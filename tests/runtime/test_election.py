@@ -15,10 +15,12 @@ import secrets
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
-import kubernetes.client
+import kopf
 import pytest
 
 from imagerefresh.kube import KubeApi
+from imagerefresh.kube.login import Login
+from imagerefresh.kube.transport import Connection
 from imagerefresh.lease import record_from_api
 from imagerefresh.runtime.election import ElectionTimings, Elector, LeaderGate
 
@@ -52,7 +54,7 @@ def audited(cluster: Cluster, tmp_path: Path) -> Iterator[Callable[[str], Counti
         account = f"{candidate}-{secrets.token_hex(3)}"
         kubeconfig = audited_kubeconfig(cluster, account, tmp_path / account)
         base = KubeApi.from_environment(str(kubeconfig), timeout=(1.0, 1.0))
-        counting = CountingKubeApi(base.api_client, timeout=(1.0, 1.0))
+        counting = CountingKubeApi(base.connection, timeout=(1.0, 1.0))
         counting.account = account  # type: ignore[attr-defined]
         made.append(counting)
         return counting
@@ -186,9 +188,8 @@ async def test_a_leader_that_cannot_renew_stops_writing_at_its_renew_deadline(
     leader = Elector(api, namespace, LEASE, "a", FAST)
     await asyncio.wait_for(leader.acquire(), timeout=BOUND)
     # From now on every request of the elector meets a closed port: real refused connections.
-    configuration = kubernetes.client.Configuration()
-    configuration.host = f"https://127.0.0.1:{free_port()}"
-    unreachable = KubeApi(kubernetes.client.ApiClient(configuration), timeout=(0.5, 0.5))
+    login = Login(kopf.ConnectionInfo(server=f"https://127.0.0.1:{free_port()}"))
+    unreachable = KubeApi(Connection(login), timeout=(0.5, 0.5))
     leader.api = unreachable
     why = await asyncio.wait_for(leader.hold(), timeout=BOUND)
     assert "renew deadline" in why

@@ -8,7 +8,6 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-import kubernetes
 import pytest
 
 from imagerefresh.kube.api import PULL_SECRETS_VALUE, KubeApi
@@ -20,6 +19,7 @@ from imagerefresh.resolver import SharedResolver
 from imagerefresh.runtime.config import OperatorConfig
 from imagerefresh.runtime.gather import Gathered, gather
 
+from support.accounts import impersonating
 from support.cluster_env import Cluster
 from support.helm_env import only, render
 from support.operator_env import deployment_with_policy
@@ -34,17 +34,14 @@ async def gather_as(
     admin = KubeApi.from_environment(cluster.kubeconfig)
     policy = admin.read_policy(namespace, "control-plane")
     assert policy is not None
-    client = kubernetes.config.new_client_from_config(  # type: ignore[no-untyped-call]
-        config_file=cluster.kubeconfig, persist_config=False
-    )
-    client.set_default_header(
-        "Impersonate-User", f"system:serviceaccount:{namespace}:{service_account}"
+    acting = impersonating(
+        cluster.kubeconfig, f"system:serviceaccount:{namespace}:{service_account}"
     )
     ledger = RateLimitLedger()
     async with RegistryClient(insecure_registries=[registry], ledger=ledger) as registry_client:
         return await gather(
             policy,
-            api=KubeApi(client),
+            api=acting,
             resolver=SharedResolver(registry_client),
             ledger=ledger,
             config=OperatorConfig(),

@@ -13,7 +13,6 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-import kubernetes
 import pytest
 
 from imagerefresh.kube.api import KubeApi
@@ -25,6 +24,7 @@ from imagerefresh.resolver import SharedResolver
 from imagerefresh.runtime.config import OperatorConfig
 from imagerefresh.runtime.ticker import PolicyTicker
 
+from support.accounts import impersonating
 from support.cluster_env import Cluster, eventually
 from support.operator_env import deployment_with_policy
 from support.registry_env import ImagePusher
@@ -474,14 +474,11 @@ async def test_patch_rights_revoked_mid_run_are_refused_then_retried_once_grante
         },
         namespace=ns,
     )
-    client = kubernetes.config.new_client_from_config(  # type: ignore[no-untyped-call]
-        config_file=cluster.kubeconfig, persist_config=False
-    )
-    client.set_default_header("Impersonate-User", f"system:serviceaccount:{ns}:operator")
+    acting = impersonating(cluster.kubeconfig, f"system:serviceaccount:{ns}:operator")
     ledger = RateLimitLedger()
     async with RegistryClient(insecure_registries=[registry], ledger=ledger) as registry_client:
         ticker = PolicyTicker(
-            api=KubeApi(client),
+            api=acting,
             resolver=SharedResolver(registry_client),
             ledger=ledger,
             config=OperatorConfig(

@@ -65,7 +65,7 @@ def five_policies(
 @pytest.fixture
 async def api(cluster: Cluster) -> AsyncIterator[CountingKubeApi]:
     base = KubeApi.from_environment(cluster.kubeconfig)
-    counting = CountingKubeApi(base.api_client)
+    counting = CountingKubeApi(base.connection)
     yield counting
     counting.close()
 

@@ -168,7 +168,7 @@ async def test_helper_pods_are_read_only_for_targets_that_pre_pull_or_recorded_a
     agents(crd_installed, ns, f"{registry}/{ns}/agent@{current.digest}")
     tracked = target("agents", "DaemonSet", agent=f"{registry}/{ns}/agent:prod")
     crd_installed.apply(policy("control-plane", tracked), namespace=ns)
-    counting = CountingKubeApi(KubeApi.from_environment(crd_installed.kubeconfig).api_client)
+    counting = CountingKubeApi(KubeApi.from_environment(crd_installed.kubeconfig).connection)
     config = OperatorConfig(insecure_registries=(registry,), pre_pull_pods=True)
 
     async def pod_lists() -> int:

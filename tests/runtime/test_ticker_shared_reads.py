@@ -62,7 +62,7 @@ def two_policies(
 @pytest.fixture
 async def api(cluster: Cluster) -> AsyncIterator[CountingKubeApi]:
     base = KubeApi.from_environment(cluster.kubeconfig)
-    counting = CountingKubeApi(base.api_client)
+    counting = CountingKubeApi(base.connection)
     yield counting
     counting.close()
 

@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 import yaml
 
+from imagerefresh.kube.api import KubeApi
+
 from support.cluster_env import AUDITED_NAMESPACE, Cluster
 
 __all__ = [
@@ -26,10 +28,19 @@ __all__ = [
     "audited_kubeconfig",
     "audited_requests",
     "audited_writes",
+    "impersonating",
     "service_account_kubeconfig",
 ]
 
 WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
+
+
+def impersonating(kubeconfig: str, user: str) -> KubeApi:
+    """The operator's client on the admin ``kubeconfig``, acting as ``user`` (the admin may
+    impersonate anyone): every request is authorized as that user's."""
+    api = KubeApi.from_environment(kubeconfig)
+    api.connection.default_headers["Impersonate-User"] = user
+    return api
 
 
 def service_account_kubeconfig(cluster: Cluster, namespace: str, account: str, path: Path) -> Path:

@@ -90,7 +90,7 @@ def migrate_cronjob(
         )
     namespace, name = cronjob
     migrator = Migrator(
-        EdgeApi(kube_api(kubeconfig, context).api_client),
+        EdgeApi(kube_api(kubeconfig, context).connection),
         namespace,
         name,
         policy_name=policy_name,

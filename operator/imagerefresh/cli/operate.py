@@ -360,7 +360,7 @@ def run(
             # Only now do kopf and the handlers start: a standby has read the Lease, nothing else.
             operator = asyncio.create_task(
                 kopf.operator(
-                    registry=build_registry(scope),
+                    registry=build_registry(api.connection.login, scope),
                     settings=settings,
                     memo=runtime,
                     # Patterns are matched by the handlers, never by kopf (see kube.namespaces).

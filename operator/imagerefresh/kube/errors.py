@@ -1,12 +1,13 @@
 """Every way a Kubernetes API call can fail, as one hierarchy, translated in one place.
 
-The official client raises ``ApiException`` (with an HTTP status and a ``Status`` body),
-urllib3 errors for transport trouble, and ``ConfigException`` when it cannot be configured.
-:func:`translate` turns each into a :class:`KubeError` subclass whose message says what
-happened *and what to do*, so callers handle API trouble by kind, never by status code. What to
-do depends on who reads it: the operator's log (its ServiceAccount; its next tick retries) or a
-person who ran a one-shot command with their own kubeconfig (nothing retries it for them), so
-each error carries both wordings (:meth:`KubeError.for_one_shot`), written here and nowhere else.
+The transport raises :class:`ErrorAnswer` for an answer outside 2xx (its HTTP status and
+``Status`` body), urllib3 errors for transport trouble, and :class:`UnusableConfig` when no
+server or credentials can be made from the pod or the kubeconfig. :func:`translate` turns each
+into a :class:`KubeError` subclass whose message says what happened *and what to do*, so callers
+handle API trouble by kind, never by status code. What to do depends on who reads it: the
+operator's log (its ServiceAccount; its next tick retries) or a person who ran a one-shot
+command with their own kubeconfig (nothing retries it for them), so each error carries both
+wordings (:meth:`KubeError.for_one_shot`), written here and nowhere else.
 
 ``KubeError``
   ├─ ``NotFound``            — 404
@@ -32,10 +33,9 @@ import re
 from typing import Any
 
 import urllib3
-from kubernetes.client.exceptions import ApiException
-from kubernetes.config import ConfigException
 
 __all__ = [
+    "ErrorAnswer",
     "Forbidden",
     "KubeError",
     "KubeUnavailable",
@@ -43,6 +43,7 @@ __all__ = [
     "NotLeader",
     "PreconditionFailed",
     "ResourceConflict",
+    "UnusableConfig",
     "translate",
 ]
 
@@ -55,6 +56,23 @@ _FORBIDDEN = re.compile(
     r'User "(?P<user>[^"]*)" cannot (?P<verb>\S+) resource "(?P<resource>[^"]+)"'
     r'(?: in API group "(?P<group>[^"]*)")?(?: in the namespace "(?P<namespace>[^"]+)")?'
 )
+
+
+class ErrorAnswer(Exception):
+    """The API server answered outside 2xx: its status, reason, headers and (raw) body."""
+
+    def __init__(
+        self, status: int, reason: str | None, body: str = "", headers: Any = None
+    ) -> None:
+        super().__init__(f"({status}) {reason}")
+        self.status = status
+        self.reason = reason
+        self.body = body
+        self.headers = headers
+
+
+class UnusableConfig(Exception):
+    """No server or credentials could be made from the pod's ServiceAccount or a kubeconfig."""
 
 
 class KubeError(Exception):
@@ -116,8 +134,14 @@ def translate(error: Exception, *, what: str) -> KubeError:
     """The :class:`KubeError` for ``error``, raised while doing ``what`` ("get Deployment ns/x")."""
     if isinstance(error, KubeError):
         return error
-    if isinstance(error, ApiException):
-        return _from_api_exception(error, what)
+    if isinstance(error, ErrorAnswer):
+        return _from_error_answer(error, what)
+    if _is_tls_failure(error):
+        head = (
+            f"{what}: no TLS connection to the Kubernetes API server "
+            f"({_short(str(error))}); check its address and the CA in the kubeconfig"
+        )
+        return KubeUnavailable(head + "; retried next tick", one_shot=f"{head}, {_RUN_AGAIN}")
     if isinstance(error, urllib3.exceptions.HTTPError | ConnectionError | TimeoutError):
         head = (
             f"{what}: the Kubernetes API server could not be reached "
@@ -128,7 +152,7 @@ def translate(error: Exception, *, what: str) -> KubeError:
             one_shot=head
             + f"that your kubeconfig names it (--kubeconfig, --context), {_RUN_AGAIN}",
         )
-    if isinstance(error, ConfigException):
+    if isinstance(error, UnusableConfig):
         head = f"{what}: no usable Kubernetes client configuration ({_short(str(error))}); "
         return KubeError(
             head + "run in a pod with a ServiceAccount, or set KUBECONFIG to a valid kubeconfig",
@@ -140,17 +164,19 @@ def translate(error: Exception, *, what: str) -> KubeError:
     )
 
 
-def _from_api_exception(error: ApiException, what: str) -> KubeError:
-    status: int | None = error.status or None
+def _is_tls_failure(error: Exception) -> bool:
+    """A TLS handshake that failed (an unknown CA, a name the certificate does not carry),
+    whether urllib3 raised it or wrapped it in the retries it gave up on."""
+    if isinstance(error, urllib3.exceptions.MaxRetryError):
+        return isinstance(error.reason, urllib3.exceptions.SSLError)
+    return isinstance(error, urllib3.exceptions.SSLError)
+
+
+def _from_error_answer(error: ErrorAnswer, what: str) -> KubeError:
+    status = error.status
     body = _status_body(error)
     message = str(body.get("message") or error.reason or "no message")
     detail = _short(message)
-    if status is None:  # status 0: TLS failure or a request the client could not send
-        head = (
-            f"{what}: no answer from the Kubernetes API server ({detail}); check its address "
-            "and the CA in the kubeconfig"
-        )
-        return KubeUnavailable(head + "; retried next tick", one_shot=f"{head}, {_RUN_AGAIN}")
     if status == 401:
         return Forbidden(
             f"{what}: the API server did not accept the operator's credentials (401: {detail}); "
@@ -202,7 +228,7 @@ def _from_api_exception(error: ApiException, what: str) -> KubeError:
     )
 
 
-def _status_body(error: ApiException) -> dict[str, Any]:
+def _status_body(error: ErrorAnswer) -> dict[str, Any]:
     """The ``Status`` object of an error answer, or {} when the body is not one."""
     raw = error.body
     if isinstance(raw, bytes):

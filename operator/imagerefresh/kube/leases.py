@@ -56,7 +56,7 @@ class LeaseRequests(Transport):
         timeout = (self._timeout[0], max(1, seconds) + self._timeout[1])
         try:
             response = send(
-                self.api_client, "GET", path, query, {"Accept": "application/json"}, None, timeout
+                self.connection, "GET", path, query, {"Accept": "application/json"}, None, timeout
             )
             try:
                 event = _first_change(response)

@@ -22,10 +22,9 @@ from collections.abc import Mapping
 from typing import Any
 
 import structlog
-from kubernetes.client.exceptions import ApiException
 
 from imagerefresh.kube.api import FIELD_MANAGER, KubeApi
-from imagerefresh.kube.errors import KubeError, NotFound, ResourceConflict
+from imagerefresh.kube.errors import ErrorAnswer, KubeError, NotFound, ResourceConflict
 from imagerefresh.planner import Cleared
 from imagerefresh.planner.actions import HelperPodCreate, HelperPodDelete
 from imagerefresh.planner.helperpod import LABEL
@@ -116,7 +115,7 @@ def explain_refusal(message: str, namespace: str, pod: Mapping[str, Any]) -> str
 def _api_message(error: KubeError) -> str:
     """The API server's own message (the Status body's), else the error's."""
     cause = error.__cause__
-    body = getattr(cause, "body", None) if isinstance(cause, ApiException) else None
+    body = getattr(cause, "body", None) if isinstance(cause, ErrorAnswer) else None
     if isinstance(body, bytes):
         body = body.decode(errors="replace")
     try:

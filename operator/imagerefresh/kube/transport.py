@@ -1,32 +1,33 @@
-"""How every request of the operator reaches the API server: one client, one error hierarchy,
-one write gate.
+"""How every request of the operator reaches the API server: one connection, one error
+hierarchy, one write gate.
 
-:class:`Transport` sends a request by URL path with the official client's
-:class:`~kubernetes.client.ApiClient` (its configuration, authentication, TLS, default headers
-and connection pool; :func:`send` builds the request) and hands back the raw JSON answer;
-every failure leaves as a :class:`~imagerefresh.kube.errors.KubeError` made by
-:func:`~imagerefresh.kube.errors.translate`, so nothing above it sees ``ApiException`` or
-urllib3. With leader election on, a write is refused before it is sent
-(:class:`~imagerefresh.kube.errors.NotLeader`) unless the ``write_gate`` says this process
-still holds the Lease. The requests of each resource are built on it, one module each, and
-:class:`~imagerefresh.kube.api.KubeApi` joins them.
+A :class:`Connection` is a :class:`~imagerefresh.kube.login.Login` (the server and the
+credentials to send now) and a urllib3 pool of TLS connections made from it.
+:class:`Transport` sends a request by URL path on it (:func:`send` builds the request) and
+hands back the raw JSON answer; every failure leaves as a
+:class:`~imagerefresh.kube.errors.KubeError` made by
+:func:`~imagerefresh.kube.errors.translate`, so nothing above it sees urllib3. With leader
+election on, a write is refused before it is sent (:class:`~imagerefresh.kube.errors.NotLeader`)
+unless the ``write_gate`` says this process still holds the Lease. The requests of each
+resource are built on it, one module each, and :class:`~imagerefresh.kube.api.KubeApi` joins
+them.
 """
 
 from __future__ import annotations
 
-import copy
 import json
 import os
+import ssl
 from collections.abc import Callable, Sequence
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Self
 from urllib.parse import quote, urlencode
 
-import kubernetes.client
-import kubernetes.config
 import urllib3
-from kubernetes.client.exceptions import ApiException
 
-from imagerefresh.kube.errors import KubeError, NotLeader, translate
+from imagerefresh.kube.errors import ErrorAnswer, KubeError, NotLeader, UnusableConfig, translate
+from imagerefresh.kube.kubeconfig import from_kubeconfig
+from imagerefresh.kube.login import Login, in_cluster
 from imagerefresh.planner import OPERATOR_FIELD_MANAGER
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "FIELD_MANAGER",
     "JSON_PATCH",
     "MERGE_PATCH",
+    "Connection",
     "Json",
     "Query",
     "Transport",
@@ -52,6 +54,52 @@ Query = Sequence[tuple[str, Any]]
 Json = dict[str, Any]
 
 
+def _user_agent() -> str:
+    try:
+        return f"imagerefresh/{version('imagerefresh')}"
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "imagerefresh"
+
+
+class Connection:
+    """A login, and a pool of TLS connections to its server with room for ``connections``
+    requests in flight at once (one per calling thread)."""
+
+    def __init__(self, login: Login, connections: int = DEFAULT_CONNECTIONS) -> None:
+        self.login = login
+        # Sent with every request, before the credentials (e.g. Impersonate-User in tests).
+        self.default_headers: dict[str, str] = {"User-Agent": _user_agent()}
+        info = login.info()
+        try:
+            self._tls = info.as_ssl_context()
+        except (OSError, ValueError, ssl.SSLError) as error:
+            raise UnusableConfig(
+                f"the CA or client certificate is unusable: {type(error).__name__}: {error}"
+            ) from error
+        self._insecure = bool(info.insecure)
+        self.pool = self._pool(connections)
+
+    def _pool(self, connections: int) -> urllib3.PoolManager:
+        return urllib3.PoolManager(
+            maxsize=connections,
+            ssl_context=self._tls,
+            cert_reqs="CERT_NONE" if self._insecure else "CERT_REQUIRED",
+            assert_hostname=False if self._insecure else None,
+        )
+
+    def sibling(self, connections: int) -> Connection:
+        """The same login and headers on a pool of its own."""
+        other = object.__new__(Connection)
+        other.login, other.default_headers = self.login, self.default_headers
+        other._tls, other._insecure = self._tls, self._insecure
+        other.pool = other._pool(connections)
+        return other
+
+    def close(self) -> None:
+        """Close the pool's connections."""
+        self.pool.clear()
+
+
 class Transport:
     """Requests by path for their raw JSON answers; lists read page by page."""
 
@@ -60,14 +108,14 @@ class Transport:
 
     def __init__(
         self,
-        api_client: kubernetes.client.ApiClient,
+        connection: Connection,
         *,
         timeout: tuple[float, float] = DEFAULT_TIMEOUT,
         write_gate: Callable[[], bool] | None = None,
     ) -> None:
-        self.api_client = api_client
+        self.connection = connection
         self._timeout = timeout
-        self._streams: kubernetes.client.ApiClient | None = None
+        self._streams: Connection | None = None
         # None: every write may be sent (no leader election). Else asked before each write.
         self.write_gate = write_gate
 
@@ -89,48 +137,34 @@ class Transport:
         in flight at once (one per calling thread): the client keeps that many connections
         open to the API server.
         """
-        configuration = kubernetes.client.Configuration()
-        configuration.connection_pool_maxsize = connections
         try:
             in_pod = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
             if kubeconfig is None and context is None and in_pod:
-                kubernetes.config.load_incluster_config(  # type: ignore[no-untyped-call]
-                    client_configuration=configuration
-                )
+                login = in_cluster()
             else:
-                path = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
-                kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
-                    config_file=path,
-                    context=context,
-                    client_configuration=configuration,
-                    persist_config=False,
-                )
-        except kubernetes.config.ConfigException as error:
+                login = from_kubeconfig(kubeconfig, context)
+            connection = Connection(login, connections)
+        except UnusableConfig as error:
             raise translate(error, what="configure the Kubernetes client") from error
-        except (OSError, ValueError) as error:  # an unreadable or malformed kubeconfig
-            unusable = kubernetes.config.ConfigException(f"{type(error).__name__}: {error}")
-            raise translate(unusable, what="configure the Kubernetes client") from error
-        return cls(kubernetes.client.ApiClient(configuration), timeout=timeout)
+        return cls(connection, timeout=timeout)
 
     def close(self) -> None:
-        """Release the client's connection pools."""
-        self.api_client.close()  # type: ignore[no-untyped-call]
+        """Release the connection pools."""
+        self.connection.close()
         if self._streams is not None:
-            self._streams.close()  # type: ignore[no-untyped-call]
+            self._streams.close()
 
     @property
     def timeout(self) -> tuple[float, float]:
         """(connect, read) seconds of every request."""
         return self._timeout
 
-    def streams(self, connections: int) -> kubernetes.client.ApiClient:
+    def streams(self, connections: int) -> Connection:
         """A client of its own for long-lived watch streams (:mod:`.watch`), with room for
         ``connections`` of them: each holds a connection while it lasts, and must never take
         one the requests of ticks need."""
         if self._streams is None:
-            configuration = copy.copy(self.api_client.configuration)
-            configuration.connection_pool_maxsize = connections
-            self._streams = kubernetes.client.ApiClient(configuration)
+            self._streams = self.connection.sibling(connections)
         return self._streams
 
     def _request(
@@ -159,7 +193,7 @@ class Transport:
         if body is not None:
             headers["Content-Type"] = content_type
         try:
-            response = send(self.api_client, method, path, query, headers, body, self._timeout)
+            response = send(self.connection, method, path, query, headers, body, self._timeout)
             try:
                 data = response.data
             finally:
@@ -188,7 +222,7 @@ class Transport:
 
 
 def send(
-    client: kubernetes.client.ApiClient,
+    connection: Connection,
     method: str,
     path: str,
     query: Query,
@@ -196,22 +230,18 @@ def send(
     body: Any,
     timeout: tuple[float, float],
 ) -> Any:
-    """One request on ``client``'s connections; the unread urllib3 response of a 2xx answer.
+    """One request on ``connection``; the unread urllib3 response of a 2xx answer.
 
-    Anything else raises an ``ApiException`` carrying the answer's status, reason, headers and
-    body, as the generated API methods raise it. The client lends its configuration (server,
-    credentials: a token refreshed as it expires), its default headers and its connection
-    pool (TLS); the request itself is built here, because the client's generic path walks
-    every body to copy it and serializes it once more, a cost paid on every write of every
-    tick. A JSON body is sent compact.
+    Anything else raises an :class:`~imagerefresh.kube.errors.ErrorAnswer` carrying the
+    answer's status, reason, headers and body. The credentials are the login's now (a token
+    read again as it rotates or expires). A JSON body is sent compact.
     """
-    configuration = client.configuration
-    url = configuration.host + path
+    url = connection.login.server + path
     if query:
         url += "?" + urlencode([(k, _query_value(v)) for k, v in query], quote_via=quote)
-    sent = {**client.default_headers, **headers, **_credentials(configuration)}
+    sent = {**connection.default_headers, **headers, **connection.login.headers()}
     data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
-    response = client.rest_client.pool_manager.request(
+    response = connection.pool.request(
         method,
         url,
         body=data,
@@ -224,26 +254,13 @@ def send(
             answer = response.data
         finally:
             response.release_conn()
-        error = ApiException(status=response.status, reason=response.reason)
-        error.body = answer.decode("utf-8", errors="replace")
-        error.headers = response.headers
-        raise error
-    return response
-
-
-def _credentials(configuration: kubernetes.client.Configuration) -> dict[str, str]:
-    """The header that authenticates a request: the bearer token the configuration holds now
-    (it asks its refresh hook first, so an expiring token is renewed); none with a client
-    certificate, which the connection pool presents."""
-    bearer = configuration.auth_settings().get("BearerToken")
-    if not bearer or not bearer.get("value"):
-        return {}
-    if bearer.get("in") != "header":
-        raise kubernetes.config.ConfigException(
-            f"the client's bearer token goes in the {bearer.get('in')!r}, not a header: this "
-            "version of the kubernetes client is not supported; install another"
+        raise ErrorAnswer(
+            response.status,
+            response.reason,
+            answer.decode("utf-8", errors="replace"),
+            response.headers,
         )
-    return {str(bearer["key"]): str(bearer["value"])}
+    return response
 
 
 def _query_value(value: Any) -> str:

@@ -385,7 +385,7 @@ class Collection(Generic[T]):
         what = f"list {self.what}"
         try:
             response = send(
-                self.api.api_client,
+                self.api.connection,
                 "GET",
                 self.path,
                 query,
