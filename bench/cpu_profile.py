@@ -26,7 +26,6 @@ CATEGORIES = {
     "JSON encode/decode": ("json/",),
     "pydantic models": ("pydantic/", "pydantic_core/"),
     "HTTP and TLS (urllib3, http.client, ssl)": ("urllib3/", "http/client.py", "ssl.py"),
-    "kubernetes client": ("kubernetes/",),
     "planning (pure core)": ("imagerefresh/planner/",),
     "watch-fed copies": ("imagerefresh/kube/watch.py", "imagerefresh/runtime/watches.py"),
     "logging (structlog)": ("structlog/", "logging/"),

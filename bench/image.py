@@ -4,7 +4,7 @@ limit, each with what dominates it.
 - **Size**: podman's size of the image `make image` builds, split by its layers (the base made
   from Debian's packages, the virtualenv the Dockerfile copies in, the rest), and the
   virtualenv by top-level ``site-packages`` directory — the largest also by its own
-  subdirectories (the kubernetes client's ``aio`` and ``client`` halves). The sizes inside are
+  subdirectories. The sizes inside are
   the files' apparent sizes, read by the image's own Python; the row also says how many of the
   virtualenv's modules have their bytecode in the image (without it every start compiles them).
 - **Start-up**: ``podman run`` of the image with the chart's cpu and memory limits, a read-only

@@ -100,6 +100,8 @@ def _json_size(item: object) -> int:
 
 BARE_OPERATOR = Path(__file__).resolve().with_name("bare_operator.py")
 BARE_DAEMONS = Path(__file__).resolve().with_name("bare_daemon_operator.py")
+BARE_STARTUP = Path(__file__).resolve().with_name("bare_startup_operator.py")
+BARE_STARTUP_ROUNDS = 3
 WINDOW = 10.0  # imagerefresh run's default --resolution-window, which the bench keeps
 HUB_TOKEN_LIFETIME = 300  # Docker Hub's anonymous pull tokens live 300 s
 # The fleet's interval: its measured rounds are its own interval ticks, at the instants of a
@@ -1279,6 +1281,14 @@ class Bench:
                 f"start-up: where its CPU went (py-spy, {startup.samples} samples); hottest",
                 f"{startup.shares()}; {startup.hottest()}",
             )
+        floor = statistics.median(self._bare_startup() for _ in range(BARE_STARTUP_ROUNDS))
+        self.table.add(
+            "6 leader election (lease 15 s, renew 10 s, retry 2 s)",
+            "start-up's floor: a bare kopf operator from exec to its first handler call, on the "
+            f"same policy (median of {BARE_STARTUP_ROUNDS})",
+            f"{_fmt(floor, 2)} CPU-s; the operator {_fmt(started, 2)} = "
+            f"{_fmt(started / floor, 2)}x",
+        )
         imports = import_costs(self.venv)
         self.table.add(
             "6 leader election (lease 15 s, renew 10 s, retry 2 s)",
@@ -1319,6 +1329,31 @@ class Bench:
         )
         note(f"imagerefresh run --leader-elect started as bench-{identity}-{generation}")
         return run
+
+    def _bare_startup(self) -> float:
+        """CPU seconds a bare kopf operator takes from exec to its first handler call."""
+        report = Path(tempfile.mkdtemp()) / "cpu"
+        with (self.config.logs / "kopf-startup.log").open("ab") as log:
+            process = subprocess.Popen(
+                [
+                    str(self.venv / "bin" / "kopf"),
+                    "run",
+                    "--standalone",
+                    "--namespace",
+                    EDGE_CP,
+                    str(BARE_STARTUP),
+                ],
+                stdout=log,
+                stderr=log,
+                env=self.cluster.env | {"BARE_STARTUP_FILE": str(report)},
+            )
+            try:
+                wait_for(report.exists, "the bare kopf operator's first handler call", 120, 0.05)
+                time.sleep(0.1)  # written, not only created
+                return float(report.read_text())
+            finally:
+                process.terminate()
+                process.wait(30)
 
     @staticmethod
     def _leader_gauge(run: OperatorRun) -> float | None:
