@@ -15,6 +15,7 @@ them.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import ssl
@@ -89,9 +90,7 @@ class Connection:
 
     def sibling(self, connections: int) -> Connection:
         """The same login and headers on a pool of its own."""
-        other = object.__new__(Connection)
-        other.login, other.default_headers = self.login, self.default_headers
-        other._tls, other._insecure = self._tls, self._insecure
+        other = copy.copy(self)
         other.pool = other._pool(connections)
         return other
 
