@@ -36,9 +36,13 @@ def test_kopfs_watch_logs_in_with_the_kubeconfig_the_operator_was_given(
         tmp_path / "operator.log",
         extra_args=("--kubeconfig", crd_installed.kubeconfig),
     ) as operator:
+        operator.cluster = crd_installed  # the test's own kubectl calls use the real kubeconfig
         built = pusher.push(f"{ns}/app", "prod", seed="login")
         deployment_with_policy(crd_installed, ns, f"{registry}/{ns}/app:prod")
         operator.wait_first_tick(ns, "control-plane")
+        # The first tick may have come while the Deployment was still rolling out (a skip,
+        # with the next interval tick far off); it has settled now, so a tick asked for pins.
+        operator.tick(ns, "control-plane")
         eventually(
             lambda: (
                 images(crd_installed, ns, "app") == {"app": f"{registry}/{ns}/app@{built.digest}"}
