@@ -16,6 +16,7 @@ them.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import os
 import ssl
@@ -55,6 +56,7 @@ Query = Sequence[tuple[str, Any]]
 Json = dict[str, Any]
 
 
+@functools.cache  # every connection sends it; the distribution's metadata is read once
 def _user_agent() -> str:
     try:
         return f"imagerefresh/{version('imagerefresh')}"
