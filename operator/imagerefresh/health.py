@@ -23,11 +23,13 @@ async def serve_health(address: str, port: int, role: Callable[[], str]) -> asyn
 
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            line = await asyncio.wait_for(reader.readline(), timeout=5)
+            async with asyncio.timeout(5):  # not wait_for, which may swallow a cancellation
+                line = await reader.readline()
             # Drain the headers (bounded): a probe sends a handful.
             size = len(line)
             while size < _MAX_REQUEST:
-                header = await asyncio.wait_for(reader.readline(), timeout=5)
+                async with asyncio.timeout(5):
+                    header = await reader.readline()
                 size += len(header)
                 if header in (b"\r\n", b"\n", b""):
                     break

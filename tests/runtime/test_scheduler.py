@@ -778,3 +778,19 @@ async def test_pods_in_a_health_window_no_synced_copy_reports_are_read_every_per
     await until(lambda: ticker.calls == [False, True, True])
     await at(scheduler, clock, start + 8)
     assert ticker.calls == [False, True, True]
+
+
+async def test_a_scheduler_stopped_in_the_turn_it_is_woken_stops_rather_than_looking_again() -> (
+    None
+):
+    ticker, clock = Ticker(), Clock()
+    scheduler = observed(ticker, clock)
+    task = asyncio.create_task(scheduler.run())
+    await until(lambda: scheduler.passes > 0)
+    passes = scheduler.passes
+    scheduler.wake()
+    task.cancel()  # the stop and the wake arrive in one turn of the loop
+    await until(lambda: task.done() or scheduler.passes > passes)
+    assert task.cancelled(), "the loop swallowed its cancellation and looked at its policies again"
+    assert scheduler.passes == passes
+    await scheduler.stop()

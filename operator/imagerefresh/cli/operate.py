@@ -379,6 +379,8 @@ def run(
                 failure = None if lost.cancelled() else lost.exception()
                 _exit_deposed(elector, f"renewal failed: {failure!r}" if failure else lost.result())
             lost.cancel()
+            # Renewals have ended before the release: none may take the Lease back after it.
+            await asyncio.gather(lost, return_exceptions=True)
             await elector.release()  # kopf has stopped: no write of ours follows
             await operator
         finally:

@@ -219,9 +219,11 @@ class Elector:
             if remaining <= 0:
                 return self._lost("no renewal landed within the renew deadline")
             try:
-                outcome = await asyncio.wait_for(
-                    self._try(self._clock() + self.timings.renew_deadline), timeout=remaining
-                )
+                # Not asyncio.wait_for: on Python 3.11 it swallows a cancellation that arrives
+                # as the renewal lands, and a cancelled hold would go on renewing (and reopen
+                # the gate) after the graceful stop released the Lease.
+                async with asyncio.timeout(remaining):
+                    outcome = await self._try(self._clock() + self.timings.renew_deadline)
             except TimeoutError:
                 return self._lost("the renewal did not finish within the renew deadline")
             except KubeError as error:

@@ -231,8 +231,11 @@ class Scheduler:
             if self._poll_due(now) and (self._polling is None or self._polling.done()):
                 self._next_poll = now + self.follow_period
                 self._polling = asyncio.create_task(self._poll())
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a cancellation
+            # that arrives as the event is set, and the loop would outlive its stop.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), timeout=self._sleep(now, ticking))
+                async with asyncio.timeout(self._sleep(now, ticking)):
+                    await self._changed.wait()
 
     def moved(self, key: TargetKey, version: str) -> None:
         """A watch saw ``key`` change: the policies following it judge it (once its burst of
