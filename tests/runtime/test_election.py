@@ -75,8 +75,11 @@ async def running(coroutine: object) -> AsyncIterator[asyncio.Task[object]]:
         yield task
     finally:
         task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await task
+        # Bounded: a cancellation the task swallows fails here, naming it.
+        stopped, _ = await asyncio.wait({task}, timeout=BOUND)
+        assert stopped, f"{task} went on after it was cancelled"
+        if not task.cancelled():
+            task.exception()  # how it ended is for the test to judge, not this helper
 
 
 async def until(check: Callable[[], bool], what: str) -> None:
