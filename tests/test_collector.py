@@ -31,3 +31,35 @@ def test_freezing_takes_the_imports_out_of_every_collection() -> None:
     assert found["tracked"] > 20_000
     assert found["frozen"] > 0.9 * found["tracked"]
     assert found["walked"] < 0.01 * found["tracked"]
+
+
+# As the installed commands start: the command line imported through import_frozen.
+COMMAND_START = textwrap.dedent(
+    """
+    import gc, json
+    from imagerefresh.collector import import_frozen
+
+    collections = []
+    gc.callbacks.append(lambda phase, info: collections.append(info["generation"]))
+    import_frozen("imagerefresh.cli")
+    during = len(collections)
+    print(json.dumps({
+        "collections": during,
+        "frozen": gc.get_freeze_count(),
+        "walked": len(gc.get_objects()),
+        "enabled": gc.isenabled(),
+    }))
+    """
+)
+
+
+def test_the_commands_import_without_a_collection_and_freeze_what_they_imported() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", COMMAND_START], capture_output=True, text=True, check=True,
+        timeout=120,
+    )  # fmt: skip
+    found = json.loads(done.stdout)
+    assert found["collections"] == 0
+    assert found["frozen"] > 20_000
+    assert found["walked"] < 0.01 * found["frozen"]
+    assert found["enabled"]

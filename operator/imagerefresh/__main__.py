@@ -1,5 +1,5 @@
 """``python -m imagerefresh`` is the ``imagerefresh`` command."""
 
-from imagerefresh.cli import main
+from imagerefresh.entry import main
 
 main()

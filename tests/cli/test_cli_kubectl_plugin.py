@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from imagerefresh.cli import kubectl_plugin
+from imagerefresh.entry import kubectl_plugin
 
 from support.cluster_env import Cluster, local_bin_dir
 from support.registry_env import ImagePusher
@@ -37,7 +37,7 @@ def kubectl(cluster_env: dict[str, str], *args: str) -> subprocess.CompletedProc
 
 def test_the_package_declares_and_installs_the_kubectl_plugin() -> None:
     declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
-    assert declared["kubectl-imagerefresh"] == "imagerefresh.cli:kubectl_plugin"
+    assert declared["kubectl-imagerefresh"] == "imagerefresh.entry:kubectl_plugin"
     (installed,) = entry_points(group="console_scripts", name="kubectl-imagerefresh")
     assert installed.load() is kubectl_plugin
     assert (SCRIPTS / "kubectl-imagerefresh").is_file()

@@ -121,8 +121,8 @@ def test_the_wheel_is_the_cli_of_this_version_with_its_license_and_no_tests(
         entry_points = archive.read(f"{info}/entry_points.txt").decode()
     assert f"Version: {VERSION}\n" in metadata
     assert "License-Expression: Apache-2.0\n" in metadata
-    assert "imagerefresh = imagerefresh.cli:main" in entry_points
-    assert "kubectl-imagerefresh = imagerefresh.cli:kubectl_plugin" in entry_points
+    assert "imagerefresh = imagerefresh.entry:main" in entry_points
+    assert "kubectl-imagerefresh = imagerefresh.entry:kubectl_plugin" in entry_points
     assert "imagerefresh/cli/__init__.py" in names
     # Exactly the package's sources: nothing a stale build directory still holds.
     sources = {
