@@ -70,6 +70,21 @@ def no_helpers_left(cluster: Cluster, ns: str) -> None:
     )
 
 
+def helper_and_daemonset_writes(
+    cluster: Cluster, ns: str, until: tuple[str, str]
+) -> list[tuple[str, str]] | None:
+    """(verb, resource) of the operator's successful writes of helper pods and the DaemonSet in
+    ``ns``, in the order the API server completed them; None until ``until`` is among them."""
+    verbs = [
+        (w.verb, w.resource)
+        for w in audited_writes(cluster, ACCOUNT)
+        if w.succeeded
+        and w.namespace == ns
+        and (w.resource == "daemonsets" or w.name.startswith(PREFIX))
+    ]
+    return verbs if until in verbs else None
+
+
 def pulled_events(cluster: Cluster, ns: str, pod: dict[str, Any]) -> list[str]:
     """What the kubelet said about pulling ``pod``'s image (its Pulled/Pulling events)."""
     events = cluster.get(
@@ -101,14 +116,15 @@ def test_the_new_build_is_on_the_node_before_the_daemonset_switches_and_no_helpe
         what="the DaemonSet switched after its pre-pull",
         interval=1,
     )
+    # The helper goes after the patch, perhaps a tick later: read the log once it has gone.
+    no_helpers_left(cluster, ns)
+    verbs = eventually(
+        lambda: helper_and_daemonset_writes(cluster, ns, until=("delete", "pods")),
+        timeout=30,
+        what="the helper's deletion in the audit log",
+        interval=0.5,
+    )
     # The node held the build before the patch: the operator created the helper, then patched.
-    ours = [w for w in audited_writes(cluster, ACCOUNT) if w.succeeded and w.namespace == ns]
-    writes = [
-        (w.verb, w.resource, w.name)
-        for w in ours
-        if w.resource == "daemonsets" or w.name.startswith(PREFIX)
-    ]
-    verbs = [(verb, resource) for verb, resource, _ in writes]
     assert verbs.index(("create", "pods")) < verbs.index(("patch", "daemonsets"))
     assert verbs.count(("create", "pods")) == 1  # one node, one helper
     assert verbs.index(("delete", "pods")) > verbs.index(("patch", "daemonsets"))
@@ -119,7 +135,6 @@ def test_the_new_build_is_on_the_node_before_the_daemonset_switches_and_no_helpe
     said = pulled_events(cluster, ns, agent)
     assert said, "the kubelet posted no Pulled event for the new agent"
     assert all("already present on machine" in line for line in said), said
-    no_helpers_left(cluster, ns)
     assert target_status(cluster, ns, "agent").get("prePull") is None
     assert "tick failed unexpectedly" not in pre_puller.log()  # every tick ran to its end
 
