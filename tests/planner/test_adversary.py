@@ -5,7 +5,8 @@ one Deployment of two containers, each tracking a tag of its own repository, on 
 registry whose tags anyone with push rights moves (signed builds, unsigned builds, builds that
 crash, a tag moved back); rollouts that settle, crash or stall; another writer reverting the
 template; someone with ``update`` on the status subresource forging any field; resets; time
-passing; the operator restarting (its verdicts in memory lost) and its registry going away.
+passing; the operator restarting (its verdicts in memory lost) or stopping between an intent and
+its patches; spec writes that move no image (a scale); and its registry going away.
 
 After every tick it checks, on what the guard lets through (what would be sent), the
 invariants no sequence of moves may break:
@@ -242,6 +243,12 @@ class Adversary(RuleBasedStateMachine):
             return
         self._land({container: written})
 
+    @precondition(lambda self: self._plays("spec_write"))
+    @rule()
+    def spec_write(self) -> None:
+        """Someone changes the spec but no image (a scale, an HPA): one more generation."""
+        self._w().generation += 1
+
     @precondition(lambda self: self._plays("registry"))
     @rule(up=st.booleans())
     def registry(self, up: bool) -> None:
@@ -293,6 +300,7 @@ class Adversary(RuleBasedStateMachine):
                 "seen",
                 "good_and_contested",
                 "landed_refresh",
+                "generation",
             ]
         ),
         data=st.data(),
@@ -373,6 +381,14 @@ class Adversary(RuleBasedStateMachine):
         chosen = {c: image(c, data.draw(st.sampled_from(builds))) for c in world.template}
         self._forge(last_good=chosen, contested_images={})
 
+    def _forge_generation(self, data: st.DataObject) -> None:
+        """The generation a pending patch of ours produces, set to anything (or none)."""
+        target = self._target()
+        if target is None or target.pending is None:
+            return
+        claimed = data.draw(st.none() | st.integers(0, self._w().generation + 3))
+        self._forge(pending=target.pending.model_copy(update={"generation": claimed}))
+
     def _forge_landed_refresh(self, data: st.DataObject) -> None:
         """A refresh "of ours" that landed, replacing anything: its failure owes a rollback."""
         world = self._w()
@@ -407,9 +423,15 @@ class Adversary(RuleBasedStateMachine):
             self.rollout_settles_or_crashes()
         self.tick(follow_up=True)
 
+    @precondition(lambda self: self._plays("stop_after_intent"))
+    @rule(follow_up=st.booleans())
+    def tick_stopped_after_its_intent(self, follow_up: bool) -> None:
+        """The operator stops once the intent is written, before any patch is sent."""
+        self.tick(follow_up, send=False)
+
     @precondition(lambda self: self._plays("tick"))
     @rule(follow_up=st.booleans())
-    def tick(self, follow_up: bool) -> None:
+    def tick(self, follow_up: bool, send: bool = True) -> None:
         world = self._w()
         tick = self._input(follow_up)
         plan = plan_tick(tick)
@@ -435,7 +457,7 @@ class Adversary(RuleBasedStateMachine):
             if not kept:
                 self.forged_seen.discard(container)
         status = plan.status
-        for write in writes:
+        for write in writes if send else ():
             status = self._apply(write, status)
         self.status = status
         self.now += timedelta(seconds=5) if follow_up else timedelta(minutes=15)

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import timedelta
 
+import pytest
+
 from imagerefresh.models import PendingPurpose, PendingRefresh, Phase, PolicyStatus
 from imagerefresh.planner import (
     ImageChange,
@@ -88,6 +90,41 @@ def test_a_landed_intent_is_recognised_as_ours_after_a_lost_status_write() -> No
     assert status.last_good == {"api": f"docker.io/{JM_REPO}@{D2}"}
 
 
+def test_an_intent_records_the_generation_its_patch_produces_on_the_workload_as_read() -> None:
+    tick = Tick(spec(target("jobs-manager", api=JM)))
+    tick.run({JOBS: evidence(settled(f"{JM_REPO}@{D1}", 6), digests={"api": D2})})
+    pending = tick.target("jobs-manager").pending
+    assert pending is not None
+    assert pending.generation == 7  # the API server adds one for the patch's spec change
+
+
+@pytest.mark.parametrize("meanwhile", [0, 1], ids=["untouched", "scaled-once"])
+def test_an_intent_whose_workload_is_at_most_at_its_generation_never_landed(meanwhile: int) -> None:
+    """The operator stopped between the intent and its patch: the workload is where the intent
+    was planned, or one foreign spec write (a scale) on; a landing and a revert would be two.
+    The patch is planned again, uncounted."""
+    tick = Tick(spec(target("jobs-manager", api=JM)))
+    tick.run({JOBS: evidence(settled(f"{JM_REPO}@{D1}", 6), digests={"api": D2})})
+    later = settled(f"{JM_REPO}@{D1}", 6 + meanwhile)
+    plan = tick.run({JOBS: evidence(later, digests={"api": D2})})
+    assert [p.purpose for p in plan.patches] == [PatchPurpose.REFRESH]
+    status = tick.target("jobs-manager")
+    assert (status.refresh_attempts, status.contested) == (0, 0)
+    assert "Contested" not in [e.reason for e in plan.events]
+
+
+def test_an_intent_whose_workload_passed_its_generation_back_at_previous_was_reverted() -> None:
+    """No outcome write said the patch landed: the workload reaching the generation the intent
+    recorded says so, and the old images again are someone's revert, a contested attempt."""
+    tick = Tick(spec(target("jobs-manager", api=JM)))
+    tick.run({JOBS: evidence(settled(f"{JM_REPO}@{D1}", 6), digests={"api": D2})})
+    back = reverted_by("argocd-controller", f"{JM_REPO}@{D1}", 8)
+    plan = tick.run({JOBS: evidence(back, digests={"api": D2})})
+    status = tick.target("jobs-manager")
+    assert (status.refresh_attempts, status.contested) == (1, 1)
+    assert [e.reason for e in plan.events if e.reason == "Contested"] == ["Contested"]
+
+
 # --- owed rollbacks (g) ----------------------------------------------------------------------
 
 
@@ -109,6 +146,18 @@ def test_a_rollback_that_has_not_landed_is_owed_and_sent_again_every_tick() -> N
         )
         assert status.refresh_attempts == 1  # counted once, when the refresh failed
         assert status.pending is not None
+
+
+def test_an_owed_rollback_sent_again_predicts_from_the_workload_it_is_sent_to() -> None:
+    """A refused rollback produced nothing (its generation cleared); the workload's spec moved
+    on meanwhile (a scale): the rollback sent again records what it produces now."""
+    tick = Tick(spec(target("jobs-manager", api=JM)))
+    with_pending(tick, rollback_intent(f"{JM_REPO}@{D1}", f"{JM_REPO}@{D2}"), refresh_attempts=1)
+    plan = tick.run({JOBS: evidence(unsettled(f"{JM_REPO}@{D2}", 9), digests={"api": D2})})
+    assert [p.purpose for p in plan.patches] == [PatchPurpose.ROLLBACK]
+    pending = tick.target("jobs-manager").pending
+    assert pending is not None
+    assert pending.generation == 10
 
 
 def test_a_refused_rollback_is_sent_by_a_follow_up_only_once_its_back_off_passed() -> None:

@@ -95,7 +95,7 @@ def test_drift_on_two_containers_is_one_guarded_patch_setting_both_digests() -> 
         "pods-monitor-container": f"tracebloc/pods-monitor@{D3}",
     }
     assert status.pending.previous["api"] == f"{JM_REPO}@{D1}"
-    assert status.pending.generation is None  # known once the patch lands
+    assert status.pending.generation == 5  # what it produces: the workload read at 4, plus 1
     assert [e.reason for e in without_offline(plan.events)] == ["Refreshing"]
     assert tick.condition("Refreshing").status == "True"
     assert tick.condition("Ready").status == "False"

@@ -137,7 +137,9 @@ class PendingRefresh(StatusModel):
     images: ImagesByContainer  # container → the image the patch writes
     previous: ImagesByContainer  # container → the image it replaces (a rollback's target)
     started_at: Timestamp
-    generation: Annotated[int, Field(ge=0)] | None = None  # what the patch produced, once landed
+    # What the patch produces: predicted in the intent (the workload's generation as read, plus
+    # one), what it did produce once it landed; None once it is known to have produced nothing.
+    generation: Annotated[int, Field(ge=0)] | None = None
     # The progress deadline runs from the last time the rollout reached a new high-water mark
     # (from startedAt until the first): kept here so it survives a restart or a new leader.
     progressed_at: Timestamp | None = None

@@ -7,7 +7,9 @@ This is the write half of the imperative shell, and its order is the point:
    operator's own, even after a crash or a lost status write.
 2. Each patch is sent through :meth:`~imagerefresh.kube.api.KubeApi.patch_images` (the write
    guard runs there) and its outcome is one of four, each with one meaning in status:
-   *landed* (pending gets the generation it produced); *precondition failed* (someone edited
+   *landed* (pending has the generation it produced: the one its intent predicted, so the
+   outcome needs no write of its own unless someone else's write came in between, see
+   :mod:`imagerefresh.planner.target.landing`); *precondition failed* (someone edited
    the workload since we read it: nothing was overwritten, the target keeps its previous phase
    and is read again next tick — not a refusal, not a flap); *refused for good* (400/401/403/
    404/422, admission, RBAC, or the write guard: phase ``Refused``, never ``Current``; a refused
@@ -192,8 +194,10 @@ def _revised(
         return planned.model_copy(update={"message": message})
     if sent is Sent.REFUSED and rollback and pending is not None:
         # A refused rollback is still owed: sent again at every tick, and by follow-ups
-        # backing off (the status says when), never every few seconds.
-        owed = pending.model_copy(update={"refusals": pending.refusals + 1, "refused_at": now})
+        # backing off (the status says when), never every few seconds. It produced nothing.
+        owed = pending.model_copy(
+            update={"refusals": pending.refusals + 1, "refused_at": now, "generation": None}
+        )
         retry = owed_retry_at(owed, view.spec.interval)
         assert retry is not None  # a refused rollback always has its retry
         return planned.model_copy(
@@ -213,12 +217,14 @@ def _revised(
             update={"phase": Phase.REFUSED, "message": message, "pending": None}
         )
     # Precondition failed: nothing was overwritten and nothing is concluded from it. A
-    # rollback's intent stays (the next tick sees who moved the images); a refresh's goes.
+    # rollback's intent stays (the next tick sees who moved the images), having produced
+    # nothing; a refresh's goes.
+    kept = pending.model_copy(update={"generation": None}) if rollback and pending else None
     return planned.model_copy(
         update={
             "phase": _previous_phase(view, patch) or Phase.SKIPPING,
             "message": message,
-            "pending": pending if rollback else None,
+            "pending": kept,
         }
     )
 

@@ -7,8 +7,8 @@ is judged by the images the workload carries:
 - our images — the patch landed, so its rollout is judged (:mod:`.verdict` for a refresh,
   :mod:`.rollback` for a rollback);
 - the images it replaced — it never landed: a refresh is planned afresh, a rollback is owed and
-  sent again; unless the patch is known to have landed (its generation was recorded), when
-  someone reverted it, as a GitOps self-heal does;
+  sent again; unless the workload changed after the generation the patch produced
+  (:mod:`.landing`), when someone reverted it, as a GitOps self-heal does;
 - anything else — another writer moved them (:mod:`.contest`).
 
 A pending patch read back from status is trusted only when it could be ours: containers the
@@ -26,6 +26,7 @@ from imagerefresh.planner.evidence import Workload
 from imagerefresh.planner.guard import unsafe_changes
 from imagerefresh.planner.target.contest import contest_pending
 from imagerefresh.planner.target.decision import Decision, TargetOutcome
+from imagerefresh.planner.target.landing import reverted
 from imagerefresh.planner.target.rollback import judge_rollback, owe_rollback
 from imagerefresh.planner.target.verdict import judge_refresh
 
@@ -95,13 +96,13 @@ def _judge(decision: Decision, workload: Workload, pending: PendingRefresh) -> T
             return judge_rollback(decision, workload, pending)
         return judge_refresh(decision, workload, pending)
     # Back at the images it replaced: a patch that never landed (a crash, a lost refusal) —
-    # unless it is known to have landed (its generation was recorded), when someone
-    # reverted it, as a GitOps self-heal does.
-    reverted = now == pending.previous and pending.generation is not None
-    if now == pending.previous and not reverted:
+    # unless its spec changed after the generation the patch produced, when someone reverted
+    # it, as a GitOps self-heal does.
+    back = now == pending.previous and reverted(pending, workload)
+    if now == pending.previous and not back:
         if pending.purpose is PendingPurpose.ROLLBACK:
             return owe_rollback(decision, workload, pending)
         decision.update(pending=None)
         return None
-    contest_pending(decision, workload, now, reverted)
+    contest_pending(decision, workload, now, back)
     return None

@@ -32,6 +32,7 @@ from imagerefresh.planner.proof import runs_everywhere
 from imagerefresh.planner.pulls import patch_pulls
 from imagerefresh.planner.target.contest import contest_repin
 from imagerefresh.planner.target.decision import Decision, TargetOutcome, short
+from imagerefresh.planner.target.landing import produced
 from imagerefresh.planner.target.prepull import carried_pre_pull, pre_pull, wants_pre_pull
 from imagerefresh.planner.windows import WINDOW_OVERRIDE_ANNOTATION
 from imagerefresh.reference import parse
@@ -126,6 +127,7 @@ def _start(
         },
         previous={name: workload.containers[name].image for name in pins},
         started_at=decision.ctx.now,
+        generation=produced(workload),
         adopted=tuple(sorted(set(adopted) - set(drifted))),
     )
     patch = decision.patch(workload, pending)

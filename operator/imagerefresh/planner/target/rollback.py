@@ -36,6 +36,7 @@ from imagerefresh.planner.target.deadline import (
     track_progress,
 )
 from imagerefresh.planner.target.decision import Decision, TargetOutcome
+from imagerefresh.planner.target.landing import produced
 from imagerefresh.reference import parse
 
 __all__ = [
@@ -70,6 +71,7 @@ def send_rollback(
         images=images,
         previous=pending.images,
         started_at=decision.ctx.now,
+        generation=produced(workload),
     )
     decision.update(pending=rollback)
     decision.outcome.patch = _charged(decision, workload, rollback)
@@ -125,8 +127,9 @@ def owe_rollback(decision: Decision, workload: Workload, pending: PendingRefresh
     if isinstance(images, RollbackRefused):
         _refuse(decision, images)
         return refused_rollback(decision, images.message)
-    if images != pending.images:
-        pending = pending.model_copy(update={"images": images})
+    sent = {"images": images, "generation": produced(workload)}
+    if sent != {"images": pending.images, "generation": pending.generation}:
+        pending = pending.model_copy(update=sent)
         decision.update(pending=pending)
     decision.outcome.patch = _charged(decision, workload, pending)
     restored = ", ".join(f"{n}={i}" for n, i in sorted(pending.images.items()))
