@@ -98,8 +98,8 @@ def _judge(decision: Decision, workload: Workload, pending: PendingRefresh) -> T
     # Back at the images it replaced: a patch that never landed (a crash, a lost refusal) —
     # unless its spec changed after the generation the patch produced, when someone reverted
     # it, as a GitOps self-heal does.
-    back = now == pending.previous and reverted(pending, workload)
-    if now == pending.previous and not back:
+    back = now == pending.previous
+    if back and not reverted(pending, workload):
         if pending.purpose is PendingPurpose.ROLLBACK:
             return owe_rollback(decision, workload, pending)
         decision.update(pending=None)
